@@ -1,0 +1,31 @@
+"""attnbook: the small helper package behind *Attention and Transformers, executable*.
+
+Shape legend (one source of truth; every docstring in the package uses these names)
+----------------------------------------------------------------------------------
+``B``    batch size
+``H``    number of heads; ``Hq`` query heads and ``Hkv`` key/value heads when they differ
+``T``    tokens (sequence length); ``Tq`` queries and ``Tk`` keys when they differ
+``d``    model width (``d_model``)
+``dk``   query/key features per head
+``dv``   value features per head
+``L``    number of layers
+
+Conventions
+-----------
+* Tensors follow PyTorch's ``scaled_dot_product_attention`` layout ``(..., heads, tokens, features)``.
+* Masks are ``torch.bool`` with ``True`` meaning *may attend* (SDPA's convention; note that
+  ``nn.MultiheadAttention`` uses the opposite meaning for boolean masks).
+* A query row with no allowed key yields a zero output row and zero weights, never NaN.
+* Public functions validate their inputs and raise ``ValueError``/``TypeError`` naming the
+  offending argument and its shape or value.
+
+Modules: ``attention``, ``masks``, ``rope``, ``costs``, ``online_softmax``, ``plots``,
+``widgets``, ``runtime``; the labs add ``retrieval`` and ``diagnostics``.
+Nothing is imported eagerly here so that ``import attnbook`` stays cheap.
+"""
+
+__version__ = "0.1.0"
+
+from attnbook.runtime import setup
+
+__all__ = ["__version__", "setup"]

@@ -1,0 +1,48 @@
+"""Interactive figures, each with a kernel face (ipywidgets) and a static-site face (HTML + JS).
+
+Every widget is one public function here, returning a :class:`LiveWidget`; display it as the
+last expression of a cell. Each lives in its own module, which defines ``SPEC`` (its
+:class:`WidgetSpec`) and a JavaScript twin in ``js/<name>.js``. See
+:mod:`attnbook.widgets._live` for the design and why the JavaScript recomputes instead of
+replaying precomputed frames.
+
+Modules are imported on first use, so ``import attnbook.widgets`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
+
+if TYPE_CHECKING:
+    from attnbook.widgets.kv_cache import kv_cache_calculator
+    from attnbook.widgets.mask_grid import mask_explorer
+    from attnbook.widgets.online_softmax import online_softmax_stepper
+    from attnbook.widgets.rope_rotation import rope_rotation
+    from attnbook.widgets.softmax import softmax_saturation
+
+# public widget function -> module that defines it (and its SPEC)
+WIDGETS = {
+    "softmax_saturation": "softmax",
+    "kv_cache_calculator": "kv_cache",
+    "mask_explorer": "mask_grid",
+    "rope_rotation": "rope_rotation",
+    "online_softmax_stepper": "online_softmax",
+}
+
+__all__ = ["WIDGETS", "Control", "LiveWidget", "WidgetSpec", "spec", *WIDGETS]
+
+
+def spec(name: str) -> WidgetSpec:
+    """The :class:`WidgetSpec` of the widget function ``name`` (e.g. ``"mask_explorer"``)."""
+    if name not in WIDGETS:
+        raise ValueError(f"unknown widget {name!r}; widgets are {sorted(WIDGETS)}")
+    return importlib.import_module(f"attnbook.widgets.{WIDGETS[name]}").SPEC
+
+
+def __getattr__(name: str):
+    if name in WIDGETS:
+        return getattr(importlib.import_module(f"attnbook.widgets.{WIDGETS[name]}"), name)
+    raise AttributeError(f"module 'attnbook.widgets' has no attribute {name!r}")

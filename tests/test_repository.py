@@ -1,0 +1,99 @@
+"""Repository contracts: one repository URL, notebooks in sync and freshly executed, a TOC
+that lists every chapter, and chapter pages that follow the book's pattern."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import jupytext
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]
+
+
+def _ids(paths):
+    return [p.stem for p in paths]
+
+
+def test_there_are_chapters():
+    assert len(CHAPTERS) >= 1
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=_ids(CHAPTERS))
+def test_setup_cell_installs_from_the_configured_repository(md):
+    nb = jupytext.read(md)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "import attnbook" in first_code.source
+    urls = re.findall(r"git\+(https://\S+?)[\"'\s]", first_code.source)
+    assert urls == [REPO_URL], f"{md.name}: setup cell installs from {urls}, not {REPO_URL}"
+    assert "attnbook.setup(" in first_code.source, "the setup cell must fix seeds and threads"
+
+
+def test_pyproject_names_the_same_repository():
+    assert REPO_URL in (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=_ids(CHAPTERS))
+def test_ipynb_is_in_sync_with_its_markdown_source(md):
+    ipynb = md.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb.name} is missing: run `make sync`"
+    source = jupytext.read(md)
+    stored = json.loads(ipynb.read_text())
+    pairs = list(zip(source.cells, stored["cells"], strict=False))
+    assert len(source.cells) == len(stored["cells"]), f"{md.name}: cell count differs"
+    for i, (a, b) in enumerate(pairs):
+        b_source = "".join(b["source"]) if isinstance(b["source"], list) else b["source"]
+        assert a.cell_type == b["cell_type"], f"{md.name} cell {i}: type differs"
+        assert a.source == b_source, f"{md.name} cell {i}: source differs; run `make sync`"
+        assert a.metadata.get("tags", []) == b["metadata"].get("tags", []), (
+            f"{md.name} cell {i}: tags differ"
+        )
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=_ids(CHAPTERS))
+def test_stored_outputs_come_from_one_fresh_top_to_bottom_run(md):
+    stored = json.loads(md.with_suffix(".ipynb").read_text())
+    counts = [c.get("execution_count") for c in stored["cells"] if c["cell_type"] == "code"]
+    assert counts == list(range(1, len(counts) + 1)), f"{md.name}: execution counts {counts}"
+    for cell in stored["cells"]:
+        for output in cell.get("outputs", []):
+            assert output["output_type"] != "error", f"{md.name}: a stored output is an error"
+            assert "application/vnd.jupyter.widget-view+json" not in output.get("data", {})
+        assert "execution" not in cell.get("metadata", {}), "timing metadata makes noisy diffs"
+
+
+def _toc_files(node) -> list[str]:
+    found = []
+    if isinstance(node, dict):
+        if "file" in node:
+            found.append(node["file"])
+        for value in node.values():
+            found += _toc_files(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += _toc_files(item)
+    return found
+
+
+def test_toc_lists_every_chapter_once_and_in_order():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    listed = [f for f in _toc_files(toc) if f.startswith("notebooks/")]
+    assert listed == [f"notebooks/{md.stem}" for md in CHAPTERS]
+
+
+@pytest.mark.parametrize("md", CHAPTERS, ids=_ids(CHAPTERS))
+def test_chapter_follows_the_pattern(md):
+    text = md.read_text()
+    assert re.search(r"^\(ch-[a-z0-9-]+\)=\n# ", text, re.M), "a label, then the title"
+    assert "## Summary" in text or "13_" in md.name, f"{md.name}: no summary section"
+    assert "```{dropdown}" in text or ":class: dropdown" in text, f"{md.name}: no exercises"
+    for block in re.findall(r"```\{code-cell\}[^\n]*\n---\n(.*?)\n---", text, re.S):
+        if "figure:" in block:
+            assert "alt:" in block, f"{md.name}: a figure without alt text"
+            assert "caption:" in block, f"{md.name}: a figure without a caption"
