@@ -1,0 +1,135 @@
+"""Private argument checks shared by the public modules.
+
+Every check raises ``TypeError`` for a value of the wrong kind and ``ValueError`` for a value
+of the right kind but the wrong size, and the message always names the argument and shows
+the offending shape or value, so a reader can fix the call without opening this file.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import TYPE_CHECKING, Literal
+
+# torch is imported inside the tensor checks, not here, so that attnbook.costs (pure integer
+# arithmetic) loads without it.
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "require_int",
+    "require_positive_int",
+    "require_qkv",
+    "require_real",
+    "require_tensor",
+]
+
+DtypeKind = Literal["floating", "integer", "bool"]
+
+
+def require_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """Return ``value`` as a Python ``int``, or raise if it is not an integer ``>= minimum``.
+
+    ``bool`` is rejected even though it subclasses ``int``: ``layers=True`` is a bug, not 1.
+    NumPy integers are accepted and converted, so later arithmetic cannot overflow int64.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r} of type {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def require_positive_int(name: str, value: object) -> int:
+    """Return ``value`` as a Python ``int``, or raise unless it is an integer ``>= 1``."""
+    return require_int(name, value, minimum=1)
+
+
+def require_real(name: str, value: object, *, positive: bool = False) -> float:
+    """Return ``value`` as a finite ``float``, or raise (``bool`` is rejected)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def _dtype_matches(x: torch.Tensor, dtype: torch.dtype | DtypeKind) -> bool:
+    import torch
+
+    if dtype == "floating":
+        return x.is_floating_point()
+    if dtype == "integer":
+        return not x.is_floating_point() and not x.is_complex() and x.dtype != torch.bool
+    if dtype == "bool":
+        return x.dtype == torch.bool
+    return x.dtype == dtype
+
+
+def require_tensor(
+    name: str,
+    x: object,
+    *,
+    min_rank: int = 0,
+    rank: int | None = None,
+    dtype: torch.dtype | DtypeKind | None = None,
+    shape_hint: str = "",
+) -> torch.Tensor:
+    """Return ``x`` if it is a tensor of the required rank and dtype, else raise.
+
+    ``shape_hint`` (e.g. ``"(..., T, d)"``) is quoted in the message to show the expected layout.
+    """
+    import torch
+
+    hint = f" {shape_hint}" if shape_hint else ""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor{hint}, got {type(x).__name__}")
+    if dtype is not None and not _dtype_matches(x, dtype):
+        wanted = f"a {dtype} dtype" if isinstance(dtype, str) else str(dtype)
+        raise TypeError(f"{name} must have {wanted}, got {x.dtype} (shape {tuple(x.shape)})")
+    if rank is not None and x.dim() != rank:
+        raise ValueError(f"{name} must have rank {rank}{hint}, got shape {tuple(x.shape)}")
+    if x.dim() < min_rank:
+        raise ValueError(f"{name} must have rank >= {min_rank}{hint}, got shape {tuple(x.shape)}")
+    return x
+
+
+def require_qkv(
+    q: object, k: object, v: object, *, allow_gqa: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Check the ``(..., heads, tokens, features)`` contract shared by the attention functions.
+
+    Rank-2 inputs count as a single head. With ``allow_gqa`` the query heads need only be a
+    multiple of the key/value heads; without it they must be equal.
+    """
+    q = require_tensor("q", q, min_rank=2, dtype="floating", shape_hint="(..., Hq, Tq, dk)")
+    k = require_tensor("k", k, min_rank=2, dtype="floating", shape_hint="(..., Hkv, Tk, dk)")
+    v = require_tensor("v", v, min_rank=2, dtype="floating", shape_hint="(..., Hkv, Tk, dv)")
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.dim() == k.dim() == v.dim():
+        raise ValueError(f"q, k and v must have the same rank, got {shapes}")
+    if q.shape[:-3] != k.shape[:-3] or k.shape[:-3] != v.shape[:-3]:
+        raise ValueError(f"q, k and v must have the same batch dims (...), got {shapes}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q has dk={q.shape[-1]} but k has dk={k.shape[-1]}; got {shapes}")
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k need dk >= 1 features, got {shapes}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k has Tk={k.shape[-2]} tokens but v has {v.shape[-2]}; got {shapes}")
+    if q.dim() >= 3:
+        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+        if hk != hv:
+            raise ValueError(f"k has {hk} heads but v has {hv}; got {shapes}")
+        if not allow_gqa and hq != hk:
+            raise ValueError(f"q has {hq} heads but k has {hk}; they must be equal; got {shapes}")
+        if hk == 0 or hq % hk != 0:
+            raise ValueError(
+                f"q has {hq} heads but k has {hk}; heads must divide (Hq % Hkv == 0); got {shapes}"
+            )
+    return q, k, v

@@ -1,0 +1,132 @@
+"""Scaled dot-product attention, written out step by step: the book's reference implementation.
+
+Shapes use the legend in :mod:`attnbook`; masks are ``torch.bool`` with ``True`` = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, overload
+
+import torch
+
+from attnbook._checks import require_qkv, require_real, require_tensor
+
+__all__ = ["attention", "softmax"]
+
+
+def softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Numerically stable softmax that maps a row of all ``-inf`` to a row of zeros.
+
+    ``torch.softmax`` returns NaN for such a row (it computes ``0 / 0``); in attention that
+    row is a query with no allowed key, and the book's convention is that it reads nothing.
+
+    Args:
+        scores: floating tensor of any shape; ``-inf`` marks a forbidden entry.
+        dim: the axis to normalise over.
+
+    Returns:
+        A tensor shaped like ``scores`` whose slices along ``dim`` sum to 1, or are all 0 when
+        every entry was ``-inf`` (or the axis is empty).
+    """
+    scores = require_tensor("scores", scores, dtype="floating")
+    if scores.shape[dim] == 0:
+        return torch.zeros_like(scores)
+    row_max = scores.amax(dim=dim, keepdim=True)
+    # Subtracting the row max keeps exp() <= 1, so it cannot overflow. An all -inf row has
+    # max -inf, and -inf - (-inf) is NaN: shift such rows by 0 instead, so exp() gives 0.
+    row_max = row_max.masked_fill(row_max == float("-inf"), 0.0)
+    exp = torch.exp(scores - row_max)
+    total = exp.sum(dim=dim, keepdim=True)
+    return exp / total.masked_fill(total == 0, 1.0)
+
+
+@overload
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = ...,
+    *,
+    scale: float | None = ...,
+    return_weights: Literal[False] = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = ...,
+    *,
+    scale: float | None = ...,
+    return_weights: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    return_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Compute ``softmax(q @ k^T * scale, masked) @ v`` for every head.
+
+    Matches ``torch.nn.functional.scaled_dot_product_attention`` with a boolean ``attn_mask``
+    (and ``enable_gqa=True`` when ``Hq != Hkv``), without dropout, and can return the weights.
+
+    Args:
+        q: queries ``(..., Hq, Tq, dk)``.
+        k: keys ``(..., Hkv, Tk, dk)``. ``Hq`` must be a multiple of ``Hkv``; query head ``h``
+            reads key/value head ``h // (Hq // Hkv)`` (grouped-query attention).
+        v: values ``(..., Hkv, Tk, dv)``.
+        mask: optional bool tensor broadcastable to ``(..., Hq, Tq, Tk)``; ``True`` = may
+            attend. See :mod:`attnbook.masks` for causal, padding and segment masks.
+        scale: multiplier of the scores; defaults to ``1 / sqrt(dk)``.
+        return_weights: also return the attention weights.
+
+    Returns:
+        ``out`` of shape ``(..., Hq, Tq, dv)``, or ``(out, weights)`` with weights
+        ``(..., Hq, Tq, Tk)`` when ``return_weights`` is true. Each row of weights sums to 1,
+        and forbidden entries are exactly 0. A query with no allowed key (including
+        ``Tk == 0``) gets a zero output row and zero weights, never NaN.
+
+    Raises:
+        TypeError: non-tensor or non-floating ``q``/``k``/``v``, mixed dtypes, a non-bool
+            ``mask`` or a non-real ``scale``.
+        ValueError: ranks, batch dims, ``dk``, ``Tk`` or heads that do not fit together, or
+            a ``mask`` that does not broadcast to the scores.
+
+    Rank-2 inputs ``(T, d)`` are treated as a single head of a single sequence.
+    """
+    q, k, v = require_qkv(q, k, v)
+    dk = q.shape[-1]
+    scale = 1.0 / math.sqrt(dk) if scale is None else require_real("scale", scale)
+
+    if q.dim() >= 3 and q.shape[-3] != k.shape[-3]:
+        # Grouped-query attention: each kv head serves a contiguous group of query heads.
+        group = q.shape[-3] // k.shape[-3]
+        k = k.repeat_interleave(group, dim=-3)  # (..., Hq, Tk, dk)
+        v = v.repeat_interleave(group, dim=-3)  # (..., Hq, Tk, dv)
+
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., Hq, Tq, Tk)
+    if mask is not None:
+        mask = require_tensor("mask", mask, dtype="bool", shape_hint="(..., Hq, Tq, Tk)")
+        try:
+            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
+                f"(..., Hq, Tq, Tk) = {tuple(scores.shape)}"
+            )
+        scores = scores.masked_fill(~mask, float("-inf"))
+
+    weights = softmax(scores, dim=-1)  # (..., Hq, Tq, Tk)
+    out = weights @ v  # (..., Hq, Tq, dv)
+    return (out, weights) if return_weights else out

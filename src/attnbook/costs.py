@@ -1,0 +1,181 @@
+"""Back-of-the-envelope costs of a transformer, in exact integer arithmetic.
+
+Conventions: ``n`` tokens, model width ``d``, FFN width ``hidden``. One multiply-add counts
+as 2 FLOPs, as in ``torch.utils.flop_counter.FlopCounterMode``, so a ``(n, a) @ (a, b)``
+matmul costs ``2 * n * a * b``. Only matmuls are counted: softmax, norms and activations are
+cheap by comparison. Parameter counts leave out biases, norms and embeddings.
+
+All sizes must be positive Python ints (``bool`` and floats are rejected; convert a float
+such as ``70e9`` with ``int(...)``), and every result is an exact ``int``.
+"""
+
+from __future__ import annotations
+
+from attnbook._checks import require_positive_int
+
+__all__ = [
+    "attention_flops",
+    "block_params",
+    "chinchilla_tokens",
+    "ffn_flops",
+    "kv_cache_bytes",
+    "projection_flops",
+    "swiglu_hidden",
+    "training_flops",
+    "vit_tokens",
+]
+
+
+def kv_cache_bytes(
+    *,
+    layers: int,
+    positions: int,
+    kv_heads: int,
+    head_dim: int,
+    bytes_per_element: int,
+    batch: int = 1,
+    value_dim: int | None = None,
+) -> int:
+    """Memory for the keys and values cached by every layer during decoding.
+
+    Each layer stores, per sequence and position, ``kv_heads`` keys of ``head_dim`` numbers and
+    ``kv_heads`` values of ``value_dim`` numbers (``value_dim`` defaults to ``head_dim``).
+
+    Returns:
+        ``batch * layers * positions * kv_heads * (head_dim + value_dim) * bytes_per_element``;
+        e.g. 512 MiB for 32 layers, 4096 positions, 8 kv heads of 128 in 16-bit.
+    """
+    layers = require_positive_int("layers", layers)
+    positions = require_positive_int("positions", positions)
+    kv_heads = require_positive_int("kv_heads", kv_heads)
+    head_dim = require_positive_int("head_dim", head_dim)
+    bytes_per_element = require_positive_int("bytes_per_element", bytes_per_element)
+    batch = require_positive_int("batch", batch)
+    value_dim = head_dim if value_dim is None else require_positive_int("value_dim", value_dim)
+    return batch * layers * positions * kv_heads * (head_dim + value_dim) * bytes_per_element
+
+
+def attention_flops(n: int, d: int) -> int:
+    """FLOPs of the two attention matmuls for ``n`` tokens of total head width ``d``.
+
+    The scores ``q @ k^T`` and the weighted sum ``weights @ v`` each cost ``2 * n * n * d``
+    (summed over heads, since the heads split ``d``). This is the part that grows as ``n**2``.
+
+    Returns:
+        ``4 * n**2 * d``.
+    """
+    n = require_positive_int("n", n)
+    d = require_positive_int("d", d)
+    return 4 * n * n * d
+
+
+def projection_flops(n: int, d: int) -> int:
+    """FLOPs of the four ``d x d`` projections (query, key, value, output) for ``n`` tokens.
+
+    Returns:
+        ``8 * n * d**2``.
+    """
+    n = require_positive_int("n", n)
+    d = require_positive_int("d", d)
+    return 8 * n * d * d
+
+
+def swiglu_hidden(d: int, multiple_of: int = 1) -> int:
+    """FFN width of a gated (SwiGLU) block with the parameters of a ``4 d`` plain FFN.
+
+    A gated FFN has three ``d x hidden`` matrices instead of two, so ``hidden = 2/3 * 4d``
+    keeps the count; Llama then rounds up to a hardware-friendly multiple.
+
+    Returns:
+        ``8 * d // 3`` rounded up to a multiple of ``multiple_of``; e.g.
+        ``swiglu_hidden(4096, multiple_of=256) == 11008`` (Llama-7B).
+    """
+    d = require_positive_int("d", d)
+    multiple_of = require_positive_int("multiple_of", multiple_of)
+    hidden = 8 * d // 3
+    return -(-hidden // multiple_of) * multiple_of  # ceiling division, still exact
+
+
+def _ffn_width(d: int, hidden: int | None, gated: bool) -> int:
+    if hidden is not None:
+        return require_positive_int("hidden", hidden)
+    return swiglu_hidden(d) if gated else 4 * d
+
+
+def ffn_flops(n: int, d: int, hidden: int | None = None, *, gated: bool = False) -> int:
+    """FLOPs of the feed-forward block for ``n`` tokens.
+
+    Args:
+        n: tokens.
+        d: model width.
+        hidden: FFN width; defaults to ``4 * d``, or to ``swiglu_hidden(d)`` when gated.
+        gated: a SwiGLU-style FFN with three matrices (gate, up, down) instead of two.
+
+    Returns:
+        ``2 * (3 if gated else 2) * n * d * hidden``.
+    """
+    n = require_positive_int("n", n)
+    d = require_positive_int("d", d)
+    hidden = _ffn_width(d, hidden, gated)
+    return 2 * (3 if gated else 2) * n * d * hidden
+
+
+def block_params(d: int, *, hidden: int | None = None, gated: bool = False) -> int:
+    """Weights of one transformer block: four attention projections plus the FFN.
+
+    Args:
+        d: model width.
+        hidden, gated: as in :func:`ffn_flops`.
+
+    Returns:
+        ``4 * d**2 + (3 if gated else 2) * d * hidden`` (``12 * d**2`` for the default plain
+        FFN). Biases and norms are left out; they add ``O(d)`` per block.
+    """
+    d = require_positive_int("d", d)
+    hidden = _ffn_width(d, hidden, gated)
+    return 4 * d * d + (3 if gated else 2) * d * hidden
+
+
+def training_flops(params: int, tokens: int) -> int:
+    """Approximate training compute: ``6 * params * tokens``.
+
+    Each token costs ``2 * params`` FLOPs forward (one multiply-add per weight) and about
+    twice that backward (gradients for activations and for weights).
+    """
+    params = require_positive_int("params", params)
+    tokens = require_positive_int("tokens", tokens)
+    return 6 * params * tokens
+
+
+def chinchilla_tokens(params: int, tokens_per_param: int = 20) -> int:
+    """Compute-optimal training tokens by the Chinchilla rule of thumb (about 20 per parameter).
+
+    Returns:
+        ``params * tokens_per_param``; e.g. 1.4 trillion tokens for 70 billion parameters.
+    """
+    params = require_positive_int("params", params)
+    tokens_per_param = require_positive_int("tokens_per_param", tokens_per_param)
+    return params * tokens_per_param
+
+
+def vit_tokens(height: int, width: int, patch: int, channels: int = 3) -> tuple[int, int]:
+    """Token count and token size when a ViT cuts an image into square patches.
+
+    Args:
+        height, width: image size in pixels; each must be a multiple of ``patch``.
+        patch: side of a square patch in pixels.
+        channels: values per pixel.
+
+    Returns:
+        ``(tokens, values_per_token)`` = ``((height // patch) * (width // patch),
+        patch * patch * channels)``; e.g. ``(196, 768)`` for 224 x 224 RGB and 16-pixel
+        patches (the class token is not counted).
+    """
+    height = require_positive_int("height", height)
+    width = require_positive_int("width", width)
+    patch = require_positive_int("patch", patch)
+    channels = require_positive_int("channels", channels)
+    for name, side in (("height", height), ("width", width)):
+        if side % patch:
+            raise ValueError(f"{name}={side} is not a multiple of patch={patch}")
+    return (height // patch) * (width // patch), patch * patch * channels
