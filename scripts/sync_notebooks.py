@@ -29,9 +29,14 @@ def build(md: Path) -> nbformat.NotebookNode:
     nb = jupytext.read(md)
     nb.metadata["kernelspec"] = KERNELSPEC
     nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", record_timing=False,
-                            store_widget_state=False,
-                            resources={"metadata": {"path": str(md.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        record_timing=False,
+        store_widget_state=False,
+        resources={"metadata": {"path": str(md.parent)}},
+    )
     client.execute()
     for cell in nb.cells:
         for output in cell.get("outputs", []):

@@ -37,12 +37,19 @@ def main() -> int:
     for source, destination in COPIES.items():
         src, dst = MODULES / source, TARGET / destination
         if not src.exists():
-            print(f"missing {src}: is package-lock.json in sync with package.json?",
-                  file=sys.stderr)
+            print(
+                f"missing {src}: is package-lock.json in sync with package.json?", file=sys.stderr
+            )
             return 1
         dst.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.map", "*.LICENSE.txt", "embed.js", "libembed-amd.js"))
+            shutil.copytree(
+                src,
+                dst,
+                ignore=shutil.ignore_patterns(
+                    "*.map", "*.LICENSE.txt", "embed.js", "libembed-amd.js"
+                ),
+            )
         else:
             shutil.copy2(src, dst)
     size = sum(p.stat().st_size for p in TARGET.rglob("*") if p.is_file())

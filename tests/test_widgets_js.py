@@ -43,7 +43,7 @@ def _values(control):
     lo, hi = control.min, control.max
     picks = [lo, lo + (hi - lo) / 3, lo + 2 * (hi - lo) / 3, hi]
     if control.integer:
-        return sorted({int(round(p)) for p in picks})
+        return sorted({round(p) for p in picks})
     # snap to the slider's step, as a browser would
     return sorted({round(lo + round((p - lo) / control.step) * control.step, 10) for p in picks})
 
@@ -79,10 +79,21 @@ def assert_close(js, py, path="state"):
 def test_javascript_matches_python(name):
     widget_spec = spec(name)
     cases = settings_grid(widget_spec)
-    payload = {"runtime": js_source("runtime"), "widget": js_source(widget_spec.name),
-               "name": widget_spec.name, "data": widget_spec.data, "cases": cases}
-    result = subprocess.run([NODE, "-e", RUNNER], input=json.dumps(payload), text=True,
-                            capture_output=True, check=True, timeout=60)
+    payload = {
+        "runtime": js_source("runtime"),
+        "widget": js_source(widget_spec.name),
+        "name": widget_spec.name,
+        "data": widget_spec.data,
+        "cases": cases,
+    }
+    result = subprocess.run(
+        [NODE, "-e", RUNNER],
+        input=json.dumps(payload),
+        text=True,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
     outputs = json.loads(result.stdout)
     rejected = 0
     for params, js in zip(cases, outputs, strict=True):

@@ -12,7 +12,8 @@ Shape legend (one source of truth; every docstring in the package uses these nam
 
 Conventions
 -----------
-* Tensors follow PyTorch's ``scaled_dot_product_attention`` layout ``(..., heads, tokens, features)``.
+* Tensors follow the layout of PyTorch's ``scaled_dot_product_attention``:
+  ``(..., heads, tokens, features)``.
 * Masks are ``torch.bool`` with ``True`` meaning *may attend* (SDPA's convention; note that
   ``nn.MultiheadAttention`` uses the opposite meaning for boolean masks).
 * A query row with no allowed key yields a zero output row and zero weights, never NaN.

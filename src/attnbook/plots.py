@@ -118,8 +118,9 @@ def heatmap(
         for i in range(rows):
             for j in range(cols):
                 colour = "black" if values[i, j] > middle else "white"
-                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center",
-                        color=colour, fontsize=9)
+                ax.text(
+                    j, i, f"{values[i, j]:.2f}", ha="center", va="center", color=colour, fontsize=9
+                )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, shrink=0.8)
     return image

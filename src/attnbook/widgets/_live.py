@@ -84,21 +84,27 @@ class Control:
         label = html.escape(self.label)
         if self.kind == "checkbox":
             checked = " checked" if self.value else ""
-            return (f'<label>{label} <input type="checkbox" name="{self.name}" '
-                    f'data-type="bool"{checked}></label>')
+            return (
+                f'<label>{label} <input type="checkbox" name="{self.name}" '
+                f'data-type="bool"{checked}></label>'
+            )
         if self.kind == "select":
             kind = "int" if all(isinstance(o, int) for o in self.options) else "str"
             items = "".join(
                 f'<option value="{html.escape(str(o))}"'
-                f'{" selected" if o == self.value else ""}>{html.escape(str(o))}</option>'
+                f"{' selected' if o == self.value else ''}>{html.escape(str(o))}</option>"
                 for o in self.options
             )
-            return (f'<label>{label} <select name="{self.name}" data-type="{kind}">'
-                    f"{items}</select></label>")
+            return (
+                f'<label>{label} <select name="{self.name}" data-type="{kind}">'
+                f"{items}</select></label>"
+            )
         kind = "int" if self.integer else "float"
-        return (f'<label>{label} <input type="range" name="{self.name}" data-type="{kind}" '
-                f'min="{self.min}" max="{self.max}" step="{self.step}" value="{self.value}">'
-                f'<output name="{self.name}-out">{self.value}</output></label>')
+        return (
+            f'<label>{label} <input type="range" name="{self.name}" data-type="{kind}" '
+            f'min="{self.min}" max="{self.max}" step="{self.step}" value="{self.value}">'
+            f'<output name="{self.name}-out">{self.value}</output></label>'
+        )
 
     def ipywidget(self):
         import ipywidgets as w
@@ -107,11 +113,19 @@ class Control:
         if self.kind == "checkbox":
             return w.Checkbox(value=self.value, description=self.label, style=style)
         if self.kind == "select":
-            return w.Dropdown(options=list(self.options), value=self.value,
-                              description=self.label, style=style)
+            return w.Dropdown(
+                options=list(self.options), value=self.value, description=self.label, style=style
+            )
         slider = w.IntSlider if self.integer else w.FloatSlider
-        return slider(value=self.value, min=self.min, max=self.max, step=self.step,
-                      description=self.label, style=style, continuous_update=True)
+        return slider(
+            value=self.value,
+            min=self.min,
+            max=self.max,
+            step=self.step,
+            description=self.label,
+            style=style,
+            continuous_update=True,
+        )
 
 
 @dataclass(frozen=True)
@@ -152,8 +166,9 @@ class LiveWidget:
         known = {c.name: c for c in self.spec.controls}
         unknown = sorted(set(params) - set(known))
         if unknown:
-            raise ValueError(f"{self.spec.name} has no control named {unknown}; "
-                             f"controls are {sorted(known)}")
+            raise ValueError(
+                f"{self.spec.name} has no control named {unknown}; controls are {sorted(known)}"
+            )
         return {name: known[name].check(value) for name, value in params.items()}
 
     def state(self, **overrides: Any) -> dict:
@@ -195,7 +210,7 @@ class LiveWidget:
             self.spec.panel(self.state(**fixed, **{name: value}), ax)
             if i % ncols:
                 ax.set_ylabel("")  # shared meaning across a row; say it once
-        for ax in axes[len(values):]:
+        for ax in axes[len(values) :]:
             ax.set_visible(False)
         return fig
 
@@ -236,13 +251,18 @@ globalThis.attnbook.mount(document.getElementById("{root}"), "{self.spec.name}",
             message = w.HTML()
             for name, control in inputs.items():
                 control.value = self.params[name]
-                control.observe(lambda change, n=name: self.update(**{n: change["new"]}),
-                                names="value")
+                control.observe(
+                    lambda change, n=name: self.update(**{n: change["new"]}), names="value"
+                )
             self._inputs, self._image, self._message = inputs, image, message
-            self._box = w.VBox([w.HTML(f"<b>{html.escape(self.spec.title)}</b>"),
-                                w.HBox(list(inputs.values()),
-                                       layout=w.Layout(flex_flow="row wrap")),
-                                image, message])
+            self._box = w.VBox(
+                [
+                    w.HTML(f"<b>{html.escape(self.spec.title)}</b>"),
+                    w.HBox(list(inputs.values()), layout=w.Layout(flex_flow="row wrap")),
+                    image,
+                    message,
+                ]
+            )
             self.update()
         return self._box
 
@@ -259,7 +279,9 @@ globalThis.attnbook.mount(document.getElementById("{root}"), "{self.spec.name}",
             self.spec.compute(**candidate)
         except (TypeError, ValueError) as error:
             if self._box is not None:
-                self._message.value = f"<span style='color:#D55E00'>{html.escape(str(error))}</span>"
+                self._message.value = (
+                    f"<span style='color:#D55E00'>{html.escape(str(error))}</span>"
+                )
             return False
         self.params = candidate
         if self._box is not None:
