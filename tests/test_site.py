@@ -185,9 +185,12 @@ def test_every_internal_link_and_anchor_resolves():
                 target = target / "index.html"
             if not target.exists():
                 problems.append(f"{path.name}: broken link {href}")
-            elif parsed.fragment and target.suffix == ".html":
-                if unquote(parsed.fragment) not in _anchors(target):
-                    problems.append(f"{path.name}: missing anchor {href}")
+            elif (
+                parsed.fragment
+                and target.suffix == ".html"
+                and unquote(parsed.fragment) not in _anchors(target)
+            ):
+                problems.append(f"{path.name}: missing anchor {href}")
     assert not problems, "\n".join(problems[:40])
 
 

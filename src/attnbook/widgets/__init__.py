@@ -32,7 +32,18 @@ WIDGETS = {
     "online_softmax_stepper": "online_softmax",
 }
 
-__all__ = ["WIDGETS", "Control", "LiveWidget", "WidgetSpec", "spec", *WIDGETS]
+__all__ = [
+    "WIDGETS",
+    "Control",
+    "LiveWidget",
+    "WidgetSpec",
+    "kv_cache_calculator",
+    "mask_explorer",
+    "online_softmax_stepper",
+    "rope_rotation",
+    "softmax_saturation",
+    "spec",
+]
 
 
 def spec(name: str) -> WidgetSpec:
