@@ -70,10 +70,10 @@ serve:
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
 bench: setup
-	$(BIN)/python benchmarks/notebook_times.py
-	$(BIN)/python benchmarks/book_build.py
-	$(BIN)/python benchmarks/widget_latency.py
-	$(BIN)/python benchmarks/tiled_attention.py
+	$(BIN)/python benchmarks/notebook_times.py --write
+	$(BIN)/python benchmarks/book_build.py --write
+	$(BIN)/python benchmarks/widget_latency.py --write
+	$(BIN)/python benchmarks/tiled_attention.py --write
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache .hypothesis dist build src/*.egg-info
