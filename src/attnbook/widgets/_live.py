@@ -44,6 +44,19 @@ LIVE_NOTE = (
 )
 
 
+# Scoped to .attnbook-widget; the drawing sits on white so it stays legible in dark mode.
+_CSS = (
+    ".attnbook-widget{border:1px solid #bbb;border-radius:6px;padding:.5em .9em;"
+    "margin:1em 0;max-width:680px}"
+    ".attnbook-widget .attnbook-controls{display:flex;flex-wrap:wrap;gap:.3em 1.2em;"
+    "align-items:center;font-size:.9em}"
+    ".attnbook-widget input[type=range]{vertical-align:middle;width:9em}"
+    ".attnbook-widget .attnbook-live-note{font-size:.85em;opacity:.8;margin:.2em 0}"
+    ".attnbook-widget .attnbook-view{background:#fff;border-radius:4px}"
+    ".attnbook-widget .attnbook-readout{font-family:monospace;font-size:.85em;min-height:1.2em}"
+)
+
+
 @dataclass(frozen=True)
 class Control:
     """One input of a widget, shared by the ipywidgets face and the HTML face.
@@ -221,7 +234,8 @@ class LiveWidget:
         config = {"params": self.params, "data": dict(self.spec.data)}
         controls = "\n".join(c.html() for c in self.spec.controls)
         payload = json.dumps(config, sort_keys=True).replace("</", "<\\/")
-        return f"""<div class="attnbook-widget" id="{root}" data-widget="{self.spec.name}">
+        return f"""<style>{_CSS}</style>
+<div class="attnbook-widget" id="{root}" data-widget="{self.spec.name}">
 <p class="attnbook-title"><strong>{html.escape(self.spec.title)}</strong></p>
 <p class="attnbook-live-note">{html.escape(self.spec.live_note)}</p>
 <form class="attnbook-controls" onsubmit="return false">
