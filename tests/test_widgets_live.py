@@ -124,3 +124,12 @@ def test_every_shipped_widget_builds_both_faces(name):
 def test_unknown_widget_names_are_rejected():
     with pytest.raises(ValueError, match="unknown widget 'nope'"):
         spec("nope")
+
+
+@pytest.mark.parametrize("name", sorted(WIDGETS))
+def test_widget_functions_are_never_shadowed_by_their_modules(name):
+    import attnbook.widgets as widgets
+
+    spec(name)  # imports the defining module first, the order that used to shadow
+    assert callable(getattr(widgets, name))
+    assert WIDGETS[name] != name, "a module named like its function would shadow it"

@@ -22,6 +22,10 @@ def setup(seed: int = 0, *, threads: int = 1) -> None:
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive int, got {threads!r}")
 
+    # Importing pyplot activates the kernel's inline backend, which is what lets a bare
+    # matplotlib Figure (a widget's static frames, say) display as an image when it is the
+    # last expression of a cell.
+    import matplotlib.pyplot  # noqa: F401
     import numpy as np
     import torch
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from attnbook.widgets.kv_cache import kv_cache_calculator
     from attnbook.widgets.mask_grid import mask_explorer
     from attnbook.widgets.online_softmax import online_softmax_stepper
-    from attnbook.widgets.rope_rotation import rope_rotation
+    from attnbook.widgets.rope_plane import rope_rotation
     from attnbook.widgets.softmax import softmax_saturation
 
 # public widget function -> module that defines it (and its SPEC)
@@ -28,7 +28,7 @@ WIDGETS = {
     "softmax_saturation": "softmax",
     "kv_cache_calculator": "kv_cache",
     "mask_explorer": "mask_grid",
-    "rope_rotation": "rope_rotation",
+    "rope_rotation": "rope_plane",
     "online_softmax_stepper": "online_softmax",
 }
 
@@ -54,6 +54,10 @@ def spec(name: str) -> WidgetSpec:
 
 
 def __getattr__(name: str):
+    # Module names differ from the functions they define: importing a submodule binds it on
+    # this package under its own name, which must never shadow a widget function.
     if name in WIDGETS:
-        return getattr(importlib.import_module(f"attnbook.widgets.{WIDGETS[name]}"), name)
+        function = getattr(importlib.import_module(f"attnbook.widgets.{WIDGETS[name]}"), name)
+        globals()[name] = function
+        return function
     raise AttributeError(f"module 'attnbook.widgets' has no attribute {name!r}")

@@ -1,0 +1,119 @@
+// Online softmax stepper, computed in the browser. Mirrors
+// attnbook.widgets.online_softmax.online_softmax_state: the same merges in the same order.
+(function (g) {
+  const ab = g.attnbook;
+  const ORDERS = ["left to right", "right to left"];
+
+  // Sums left to right, like Python's sum(), so both faces round identically.
+  const total = (xs) => xs.reduce((a, b) => a + b, 0);
+
+  function blockState(scores, values) {
+    const m = Math.max(...scores);
+    const p = scores.map((s) => Math.exp(s - m));
+    return [m, total(p), total(p.map((pi, i) => pi * values[i]))];
+  }
+
+  function compute(params, data) {
+    const { step, block_size: bs, order } = params;
+    const scores = data.scores, values = data.values, n = scores.length;
+    if (!Number.isInteger(bs) || bs < 1) throw new Error(`block_size must be a positive int, got ${bs}`);
+    if (!ORDERS.includes(order)) throw new Error(`order must be one of ${ORDERS}, got ${order}`);
+    const blocks = [];
+    for (let start = 0; start < n; start += bs) blocks.push([start, Math.min(start + bs, n)]);
+    if (order === "right to left") blocks.reverse();
+    if (!Number.isInteger(step) || step < 0 || step > blocks.length)
+      throw new Error(`step must lie in [0, ${blocks.length}]: ${n} keys in blocks of ${bs} ` +
+        `make ${blocks.length} blocks; got step=${step}`);
+
+    let m = -Infinity, l = 0, u = 0;
+    const mTrace = [], lTrace = [], uTrace = [], rescaleTrace = [];
+    for (const [start, stop] of blocks) {
+      const [mb, lb, ub] = blockState(scores.slice(start, stop), values.slice(start, stop));
+      const mNew = Math.max(m, mb);
+      const ca = Math.exp(m - mNew), cb = Math.exp(mb - mNew);
+      [m, l, u] = [mNew, ca * l + cb * lb, ca * u + cb * ub];
+      mTrace.push(m); lTrace.push(l); uTrace.push(u); rescaleTrace.push(ca);
+    }
+    const outTrace = uTrace.map((ui, i) => ui / lTrace[i]);
+
+    const top = Math.max(...scores);
+    const exps = scores.map((s) => Math.exp(s - top));
+    const sumExp = total(exps);
+    const exactWeights = exps.map((e) => e / sumExp);
+    const exact = total(exactWeights.map((w, i) => w * values[i]));
+
+    const seen = scores.map(() => false);
+    for (const [start, stop] of blocks.slice(0, step)) for (let j = start; j < stop; j++) seen[j] = true;
+    const now = step - 1;
+    const mNow = step ? mTrace[now] : null, lNow = step ? lTrace[now] : 0;
+    return {
+      step, n_blocks: blocks.length, blocks, scores: scores.slice(), values: values.slice(),
+      current: step ? blocks[now] : null,
+      seen,
+      m: mNow, l: lNow,
+      u: step ? uTrace[now] : 0,
+      out: step ? outTrace[now] : null,
+      rescale: step >= 2 ? rescaleTrace[now] : null,
+      m_trace: mTrace, l_trace: lTrace, u_trace: uTrace, out_trace: outTrace,
+      weights: scores.map((s, j) => (seen[j] ? Math.exp(s - mNow) / lNow : 0)),
+      exact, exact_weights: exactWeights, exact_max: top, exact_l: sumExp,
+    };
+  }
+
+  function render(state) {
+    const scores = state.scores;
+    const W = 640, H = 270;
+    const left = { x0: 55, x1: 300, y0: 30, y1: 210 };
+    const right = { x0: 400, x1: 620, y0: 30, y1: 210 };
+    const lo = Math.min(0, ...scores) - 0.2, hi = Math.max(...scores) + 0.2;
+    const y = ab.scale(lo, hi, left.y1, left.y0);
+    const bw = (left.x1 - left.x0) / scores.length;
+    const [c0, c1] = state.current || [0, 0];
+    let out = ab.frame(left, `after ${state.step} of ${state.n_blocks} blocks`,
+      "key (orange: just merged; grey: unseen)", "score q·k/√d");
+    scores.forEach((s, j) => {
+      const fill = c0 <= j && j < c1 ? "#D55E00" : state.seen[j] ? "#0072B2" : "#CCCCCC";
+      out += ab.el("rect", { x: left.x0 + j * bw + 1, y: Math.min(y(s), y(0)), width: bw - 2,
+        height: Math.abs(y(s) - y(0)), fill, class: "bar", "data-value": s });
+    });
+    for (let t = Math.ceil(lo); t <= Math.floor(hi); t += 2)  // y ticks every 2 score units
+      out += ab.text(left.x0 - 6, y(t) + 4, t, { "text-anchor": "end", "font-size": 10 });
+    out += ab.el("line", { x1: left.x0, x2: left.x1, y1: y(0), y2: y(0), stroke: "#999" });
+    if (state.m !== null) {
+      out += ab.el("line", { x1: left.x0, x2: left.x1, y1: y(state.m), y2: y(state.m), stroke: "#000",
+        "stroke-dasharray": "5 3", class: "running-max", "data-value": state.m });
+      out += ab.text(left.x0 + 4, y(state.m) - 4, `running max m = ${ab.fmt(state.m, 3)}`, { "font-size": 10 });
+    }
+
+    const trace = state.out_trace;
+    const ylo = Math.min(state.exact, ...trace), yhi = Math.max(state.exact, ...trace);
+    const pad = 0.1 * (yhi - ylo || 1);
+    const ry = ab.scale(ylo - pad, yhi + pad, right.y1, right.y0);
+    const rx = ab.scale(1, Math.max(2, state.n_blocks), right.x0 + 8, right.x1 - 8);
+    const title = state.out === null ? "nothing merged yet" : `u/l = ${ab.fmt(state.out, 4)}`;
+    out += ab.frame(right, `${title} (exact ${ab.fmt(state.exact, 4)})`, "blocks merged", "output u / l");
+    out += ab.el("line", { x1: right.x0, x2: right.x1, y1: ry(state.exact), y2: ry(state.exact),
+      stroke: "#009E73", "stroke-dasharray": "6 3", class: "exact", "data-value": state.exact });
+    for (const t of [ylo, yhi])
+      out += ab.text(right.x0 - 6, ry(t) + 4, ab.fmt(t, 2), { "text-anchor": "end", "font-size": 10 });
+    trace.forEach((o, i) =>
+      (out += ab.text(rx(i + 1), right.y1 + 14, i + 1, { "text-anchor": "middle", "font-size": 10 })));
+    const pts = trace.map((o, i) => `${rx(i + 1)},${ry(o)}`).join(" ");
+    out += ab.el("polyline", { points: pts, fill: "none", stroke: "#CCCCCC", "stroke-width": 2 });
+    trace.forEach((o, i) => {
+      const done = i < state.step;
+      out += ab.el("circle", { cx: rx(i + 1), cy: ry(o), r: done ? 5 : 3, fill: done ? "#0072B2" : "#CCCCCC",
+        class: done ? "merged" : "pending", "data-value": o });
+    });
+    return ab.svg(W, H, out, "key scores with the running max, and the output converging");
+  }
+
+  const readout = (s) =>
+    s.step === 0
+      ? `no block merged yet; the full softmax gives ${ab.fmt(s.exact)}`
+      : `after ${s.step}/${s.n_blocks} blocks: m = ${ab.fmt(s.m)}, l = ${ab.fmt(s.l)}, ` +
+        `u/l = ${ab.fmt(s.out)} (exact ${ab.fmt(s.exact)})` +
+        (s.rescale === null ? "" : ` · old state rescaled by ${ab.fmt(s.rescale, 3)}`);
+
+  ab.widgets.online_softmax_stepper = { compute, render, readout };
+})(globalThis);
