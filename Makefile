@@ -35,7 +35,14 @@ $(ASSETS): package.json package-lock.json scripts/vendor_assets.py | $(STAMP)
 	$(BIN)/python scripts/vendor_assets.py
 	touch $@
 
-book: setup
+# jupyter-cache keys each chapter by its own code only; the outputs also depend on attnbook
+# (a widget's JavaScript is embedded in them), so a package change clears the cache.
+CACHE_STAMP := _build/.attnbook-stamp
+$(CACHE_STAMP): $(shell find src -name '*.py' -o -name '*.js')
+	rm -rf _build/.jupyter_cache
+	mkdir -p _build && touch $@
+
+book: setup $(CACHE_STAMP)
 	$(BOOK)
 	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
 
@@ -52,7 +59,7 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks scripts notebooks/*.ipynb
 	$(BIN)/ruff format --check src tests benchmarks scripts
 
-test: setup browser-deps
+test: setup browser-deps $(CACHE_STAMP)
 	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest -q -m "not browser" tests/
 	$(NBVAL) -q

@@ -219,7 +219,8 @@ def test_static_widgets_respond_and_agree_with_python(site, browser):
             seen.add(name)
             widget_spec = spec(name)
             assert "Live on this page" in root.inner_text(), f"{rel}: {name} lacks its live note"
-            before = json.loads(root.get_attribute("data-state"))
+            previous = json.loads(root.get_attribute("data-state"))
+            moved = 0
             # Move every control once (slider to its far end, toggle, last option) and check
             # the picture's numbers against Python after each move.
             for control in widget_spec.controls:
@@ -251,8 +252,9 @@ def test_static_widgets_respond_and_agree_with_python(site, browser):
                 assert not error, f"{rel}: {name}{params} rejected in the page: {error}"
                 state = json.loads(root.get_attribute("data-state"))
                 assert _close(state, expected), f"{rel}: {name}{params} differs from Python"
-            after = json.loads(root.get_attribute("data-state"))
-            assert after != before, f"{rel}: moving {name}'s controls changed nothing"
+                moved += state != previous
+                previous = state
+            assert moved, f"{rel}: moving {name}'s controls never changed the picture"
             assert root.locator(".attnbook-view svg").count() == 1
         assert not visit.errors, visit.errors
         visit.close()

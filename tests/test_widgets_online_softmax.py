@@ -86,9 +86,7 @@ def test_small_multiples_draw_one_labelled_panel_per_step():
 @pytest.mark.parametrize(
     "bad",
     [
-        {"step": 5},
         {"step": 17},
-        {"block_size": 16, "step": 2},
         {"block_size": 7},
         {"order": "random"},
         {"step": -1},
@@ -100,9 +98,12 @@ def test_impossible_settings_are_rejected_without_changing_the_widget(bad):
     assert widget.params == {"step": 2, "block_size": 4, "order": "left to right"}
 
 
-def test_compute_explains_a_step_past_the_last_block():
-    with pytest.raises(ValueError, match=r"16 keys in blocks of 8 make 2 blocks"):
-        online_softmax_state(step=3, block_size=8, order="left to right")
+def test_a_step_past_the_last_block_shows_the_finished_state():
+    past = online_softmax_state(step=9, block_size=8, order="left to right")
+    done = online_softmax_state(step=2, block_size=8, order="left to right")
+    assert past == done and past["step"] == past["n_blocks"] == 2
+    with pytest.raises(ValueError, match=r"step must be an int in \[0, 16\], got 17"):
+        online_softmax_state(step=17, block_size=8, order="left to right")
 
 
 def test_update_accepts_a_possible_setting():

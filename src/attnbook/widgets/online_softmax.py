@@ -43,7 +43,7 @@ def online_softmax_state(*, step: int, block_size: int, order: str, data=None) -
     """Everything the stepper shows after ``step`` blocks have been merged.
 
     Args:
-        step: blocks merged so far, ``0 <= step <= n_blocks``.
+        step: blocks merged so far, ``0 <= step <= n_keys``; clamped to ``n_blocks``.
         block_size: keys per block (the last block may be shorter).
         order: ``"left to right"`` or ``"right to left"``: the order the blocks are visited.
         data: ``{"scores": [...], "values": [...]}``; defaults to the widget's fixed query.
@@ -67,11 +67,11 @@ def online_softmax_state(*, step: int, block_size: int, order: str, data=None) -
     blocks = [[start, min(start + block_size, n)] for start in range(0, n, block_size)]
     if order == "right to left":
         blocks.reverse()
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= len(blocks):
-        raise ValueError(
-            f"step must lie in [0, {len(blocks)}]: {n} keys in blocks of "
-            f"{block_size} make {len(blocks)} blocks; got step={step!r}"
-        )
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= n:
+        raise ValueError(f"step must be an int in [0, {n}], got {step!r}")
+    # The slider runs to the largest block count (blocks of one key); with bigger blocks the
+    # walk is over sooner, and any step past the last block shows the finished state.
+    step = min(step, len(blocks))
 
     m, l, u = -math.inf, 0.0, 0.0  # noqa: E741 (the letter the literature uses); no keys yet
     m_trace, l_trace, u_trace, rescale_trace = [], [], [], []

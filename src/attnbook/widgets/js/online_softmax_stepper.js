@@ -14,16 +14,16 @@
   }
 
   function compute(params, data) {
-    const { step, block_size: bs, order } = params;
+    const { block_size: bs, order } = params;
     const scores = data.scores, values = data.values, n = scores.length;
     if (!Number.isInteger(bs) || bs < 1) throw new Error(`block_size must be a positive int, got ${bs}`);
     if (!ORDERS.includes(order)) throw new Error(`order must be one of ${ORDERS}, got ${order}`);
     const blocks = [];
     for (let start = 0; start < n; start += bs) blocks.push([start, Math.min(start + bs, n)]);
     if (order === "right to left") blocks.reverse();
-    if (!Number.isInteger(step) || step < 0 || step > blocks.length)
-      throw new Error(`step must lie in [0, ${blocks.length}]: ${n} keys in blocks of ${bs} ` +
-        `make ${blocks.length} blocks; got step=${step}`);
+    if (!Number.isInteger(params.step) || params.step < 0 || params.step > n)
+      throw new Error(`step must be an int in [0, ${n}], got ${params.step}`);
+    const step = Math.min(params.step, blocks.length); // past the last block: finished
 
     let m = -Infinity, l = 0, u = 0;
     const mTrace = [], lTrace = [], uTrace = [], rescaleTrace = [];
