@@ -36,10 +36,11 @@ $(ASSETS): package.json package-lock.json scripts/vendor_assets.py | $(STAMP)
 	touch $@
 
 # jupyter-cache keys each chapter by its own code only; the outputs also depend on attnbook
-# (a widget's JavaScript is embedded in them), so a package change clears the cache.
+# (a widget's JavaScript is embedded in them), so a package change clears the cache and
+# Sphinx's saved doctrees.
 CACHE_STAMP := _build/.attnbook-stamp
 $(CACHE_STAMP): $(shell find src -name '*.py' -o -name '*.js')
-	rm -rf _build/.jupyter_cache
+	rm -rf _build/.jupyter_cache _build/.doctrees  # re-read every page, re-execute every chapter
 	mkdir -p _build && touch $@
 
 book: setup $(CACHE_STAMP)

@@ -24,8 +24,9 @@ def _softmax(logits: list[float]) -> list[float]:
 
 def _jacobian_norm(p: list[float]) -> float:
     # J_ij = p_i (delta_ij - p_j); its Frobenius norm collapses as p approaches one-hot.
-    return math.sqrt(sum((p[i] * ((i == j) - p[j])) ** 2 for i in range(len(p))
-                         for j in range(len(p))))
+    return math.sqrt(
+        sum((p[i] * ((i == j) - p[j])) ** 2 for i in range(len(p)) for j in range(len(p)))
+    )
 
 
 def softmax_state(*, scale: float, d_k: int, divide: bool) -> dict:
@@ -80,8 +81,13 @@ def _draw(state: dict, fig) -> None:
     left, right = fig.subplots(1, 2)
     _bars(state, left, f"H = {state['entropy']:.2f} nats (max {state['max_entropy']:.2f})")
     right.plot(state["curve_scale"], state["curve_jacobian"], color="#009E73")
-    right.scatter([state["scale"]], [state["jacobian_norm"]], color="#D55E00", zorder=3,
-                  label="current setting")
+    right.scatter(
+        [state["scale"]],
+        [state["jacobian_norm"]],
+        color="#D55E00",
+        zorder=3,
+        label="current setting",
+    )
     right.legend(loc="upper right")
     right.set_xscale("log")
     right.set_xlabel("logit scale")
@@ -90,8 +96,12 @@ def _draw(state: dict, fig) -> None:
 
 
 def _panel(state: dict, ax) -> None:
-    _bars(state, ax, f"score std {state['score_std']:.3g}\n"
-                     f"H={state['entropy']:.2f}, ‖J‖={state['jacobian_norm']:.2f}")
+    _bars(
+        state,
+        ax,
+        f"score std {state['score_std']:.3g}\n"
+        f"H={state['entropy']:.2f}, ‖J‖={state['jacobian_norm']:.2f}",
+    )
     ax.title.set_fontsize(10)
 
 
