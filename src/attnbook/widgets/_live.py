@@ -288,6 +288,8 @@ globalThis.attnbook.mount(document.getElementById("{root}"), "{self.spec.name}",
         """
         import io
 
+        import matplotlib as mpl
+
         try:
             candidate = self.params | self._checked(params)
             self.spec.compute(**candidate)
@@ -301,7 +303,10 @@ globalThis.attnbook.mount(document.getElementById("{root}"), "{self.spec.name}",
         if self._box is not None:
             fig = self.figure()
             buffer = io.BytesIO()
-            fig.savefig(buffer, format="png")
+            # The figure's constrained layout already fits its contents; a "tight" bounding
+            # box (the book's default for saved figures) would draw everything twice.
+            with mpl.rc_context({"savefig.bbox": "standard"}):
+                fig.savefig(buffer, format="png")
             self._image.value = buffer.getvalue()
             self._message.value = ""
         return True
