@@ -11,18 +11,20 @@ from torch import nn
 from attnbook.attention import attention
 from attnbook.diagnostics import (
     Check,
-    attention_entropy,
     check_attention_rows,
     check_cache,
     check_causality,
     check_isolation,
     check_label_shift,
     check_loss_masking,
+)
+from attnbook.masks import causal_mask, segment_mask
+from attnbook.training_health import (
+    attention_entropy,
     grad_norm,
     measure_memory,
     watch_activations,
 )
-from attnbook.masks import causal_mask, segment_mask
 
 
 def _layer(mask: torch.Tensor | None):

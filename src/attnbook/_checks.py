@@ -17,10 +17,16 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "require_broadcastable",
+    "require_callable",
+    "require_instance",
     "require_int",
+    "require_nonempty",
     "require_positive_int",
     "require_qkv",
     "require_real",
+    "require_same_shape",
+    "require_scalar",
     "require_tensor",
 ]
 
@@ -55,6 +61,21 @@ def require_real(name: str, value: object, *, positive: bool = False) -> float:
         raise ValueError(f"{name} must be finite, got {value}")
     if positive and value <= 0:
         raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def require_callable(name: str, value: object) -> object:
+    """Return ``value`` if it can be called, else raise ``TypeError`` naming its type."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+    return value
+
+
+def require_instance(name: str, value: object, cls: type) -> object:
+    """Return ``value`` if it is an instance of ``cls``, else raise ``TypeError``."""
+    if not isinstance(value, cls):
+        article = "an" if cls.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {cls.__name__}, got {type(value).__name__}")
     return value
 
 
@@ -133,3 +154,45 @@ def require_qkv(
                 f"q has {hq} heads but k has {hk}; heads must divide (Hq % Hkv == 0); got {shapes}"
             )
     return q, k, v
+
+
+def require_nonempty(name: str, x: torch.Tensor, dims: str) -> torch.Tensor:
+    """Return ``x`` unless it has a zero-size dim; ``dims`` names them, e.g. ``"B, T"``."""
+    if x.numel() == 0:
+        wanted = " and ".join(f"{dim} >= 1" for dim in dims.split(", "))
+        raise ValueError(f"{name} must have {wanted}, got shape {tuple(x.shape)}")
+    return x
+
+
+def require_same_shape(name: str, x: torch.Tensor, other_name: str, other: torch.Tensor) -> None:
+    """Raise unless the tensors called ``name`` and ``other_name`` have the same shape."""
+    if x.shape != other.shape:
+        raise ValueError(
+            f"{name} {tuple(x.shape)} and {other_name} {tuple(other.shape)} differ; "
+            "they need equal shapes"
+        )
+
+
+def require_scalar(name: str, x: object) -> torch.Tensor:
+    """Return ``x`` if it is a one-element tensor (a loss, say), else raise naming its shape."""
+    x = require_tensor(name, x)
+    if x.numel() != 1:
+        raise ValueError(f"{name} must be a scalar tensor, got shape {tuple(x.shape)}")
+    return x
+
+
+def require_broadcastable(
+    name: str, x: torch.Tensor, target: str, shape: tuple[int, ...]
+) -> torch.Tensor:
+    """Return ``x`` expanded to ``shape`` (the shape of the tensor called ``target``), or raise."""
+    import torch
+
+    try:
+        fits = torch.broadcast_shapes(x.shape, shape) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} of shape {tuple(x.shape)} does not broadcast to {target} {tuple(shape)}"
+        )
+    return x.expand(shape)

@@ -1,8 +1,11 @@
-"""Runnable checks for a transformer run: each one turns a contract into a pass/fail with evidence.
+"""Data and mask contracts of a transformer run, each turned into a pass/fail with evidence.
 
-Every ``check_*`` function returns a :class:`Check`; it never raises for a failed contract (a
-diagnosis should report, not crash), only for arguments it cannot use. The tests are
-interventions, not inspections: change what must not matter, and measure whether it mattered.
+Labels shifted once, padding out of the loss, packed documents isolated, attention rows that
+sum to one, causality, and a KV cache that reproduces the full pass. Every ``check_*``
+function returns a :class:`Check`; it never raises for a failed contract (a diagnosis should
+report, not crash), only for arguments it cannot use. The checks are interventions: change
+what must not matter, and measure whether it mattered. Runtime health lives in
+:mod:`attnbook.training_health`.
 
 Extra shape names: ``V`` vocabulary size; ``...`` any trailing feature dims.
 """
@@ -14,23 +17,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from attnbook._checks import require_tensor
+from attnbook._checks import (
+    require_broadcastable,
+    require_callable,
+    require_int,
+    require_nonempty,
+    require_real,
+    require_same_shape,
+    require_scalar,
+    require_tensor,
+)
 
 __all__ = [
     "Check",
-    "MemoryReport",
-    "attention_entropy",
     "check_attention_rows",
     "check_cache",
     "check_causality",
     "check_isolation",
     "check_label_shift",
     "check_loss_masking",
-    "grad_norm",
-    "measure_memory",
-    "watch_activations",
 ]
 
 Fn = Callable[[torch.Tensor], torch.Tensor]  # (B, T, d) -> (B, T, ...)
@@ -58,10 +64,10 @@ def check_label_shift(inputs: torch.Tensor, labels: torch.Tensor, *, ignore: int
     """
     inputs = require_tensor("inputs", inputs, rank=2, dtype="integer", shape_hint="(B, T)")
     labels = require_tensor("labels", labels, rank=2, dtype="integer", shape_hint="(B, T)")
-    if inputs.shape != labels.shape or inputs.shape[1] < 2:
-        raise ValueError(
-            f"need equal shapes with T >= 2, got {tuple(inputs.shape)} and {tuple(labels.shape)}"
-        )
+    ignore = require_int("ignore", ignore)
+    require_same_shape("inputs", inputs, "labels", labels)
+    if inputs.shape[0] < 1 or inputs.shape[1] < 2:
+        raise ValueError(f"inputs must have B >= 1 and T >= 2, got shape {tuple(inputs.shape)}")
     known = labels[:, :-1] != ignore  # (B, T - 1)
     next_ok = (labels[:, :-1] == inputs[:, 1:])[known].float().mean().item()
     same = (labels == inputs)[labels != ignore].float().mean().item()
@@ -88,13 +94,25 @@ def check_loss_masking(
         labels: ``(B, T)`` as the pipeline produces them (padding included).
         valid: bool ``(B, T)``, True where a label should be trained on.
         vocab: ``V``.
+        atol: tolerance (> 0) for both interventions.
     """
+    require_callable("loss_fn", loss_fn)
+    labels = require_tensor("labels", labels, rank=2, dtype="integer", shape_hint="(B, T)")
     valid = require_tensor("valid", valid, rank=2, dtype="bool", shape_hint="(B, T)")
+    vocab = require_int("vocab", vocab, minimum=1)
+    atol = require_real("atol", atol, positive=True)
+    require_same_shape("labels", labels, "valid", valid)
+    if not valid.any():
+        raise ValueError(f"valid of shape {tuple(valid.shape)} has no True entry to train on")
+
+    def loss(logits: torch.Tensor) -> float:
+        return require_scalar("loss_fn(logits, labels)", loss_fn(logits, labels)).item()
+
     gen = torch.Generator().manual_seed(0)
-    uniform = loss_fn(torch.zeros(*valid.shape, vocab), labels).item()
+    uniform = loss(torch.zeros(*valid.shape, vocab))
     logits = torch.randn(*valid.shape, vocab, generator=gen)  # (B, T, V)
     noisy = logits + 10 * torch.randn(logits.shape, generator=gen) * (~valid)[..., None]
-    moved = abs(loss_fn(noisy, labels).item() - loss_fn(logits, labels).item())
+    moved = abs(loss(noisy) - loss(logits))
     ok = abs(uniform - math.log(vocab)) <= atol and moved <= atol
     detail = (
         f"uniform-logit loss {uniform:.4f} (log V = {math.log(vocab):.4f}); "
@@ -107,8 +125,22 @@ def _effect(fn: Fn, x: torch.Tensor, edit: torch.Tensor, gen: torch.Generator) -
     """Largest output change ``(B, T)`` when the inputs at ``edit`` (bool ``(B, T)``) change."""
     noise = torch.randn(x.shape, generator=gen) * edit[..., None]
     with torch.no_grad():
-        delta = (fn(x + noise) - fn(x)).abs()  # (B, T, ...)
+        out = fn(x)
+        if not isinstance(out, torch.Tensor) or out.shape[:2] != x.shape[:2]:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"fn(x) must return (B, T, ...) = {tuple(x.shape[:2])}, got {got}")
+        delta = (fn(x + noise) - out).abs()  # (B, T, ...)
     return delta.flatten(2).amax(-1)  # (B, T)
+
+
+def _require_input(fn: object, x: object, atol: object, seed: object) -> torch.Tensor:
+    """The arguments shared by the perturbation checks; returns ``x``."""
+    require_callable("fn", fn)
+    x = require_tensor("x", x, rank=3, dtype="floating", shape_hint="(B, T, d)")
+    require_nonempty("x", x, "B, T, d")
+    require_real("atol", atol, positive=True)
+    require_int("seed", seed, minimum=0)
+    return x
 
 
 def check_causality(fn: Fn, x: torch.Tensor, *, atol: float = 1e-6, seed: int = 0) -> Check:
@@ -116,9 +148,12 @@ def check_causality(fn: Fn, x: torch.Tensor, *, atol: float = 1e-6, seed: int = 
 
     Args:
         fn: the layer or model, ``(B, T, d) -> (B, T, ...)``.
-        x: a floating input ``(B, T, d)`` (embeddings, so it can be perturbed smoothly).
+        x: a floating input ``(B, T, d)`` (embeddings, so it can be perturbed smoothly), ``T >= 2``.
+        atol: how far (> 0) an earlier output may move before it counts as a leak.
     """
-    x = require_tensor("x", x, rank=3, dtype="floating", shape_hint="(B, T, d)")
+    x = _require_input(fn, x, atol, seed)
+    if x.shape[1] < 2:
+        raise ValueError(f"x needs T >= 2 positions to have a future, got shape {tuple(x.shape)}")
     gen, t_len = torch.Generator().manual_seed(seed), x.shape[1]
     leaks = []  # leaks[t]: how far output t moves when every position after t changes
     for t in range(t_len - 1):
@@ -140,8 +175,9 @@ def check_isolation(
         fn, x: as in :func:`check_causality`.
         segment_ids: integer ``(B, T)``; equal ids form one document.
     """
-    x = require_tensor("x", x, rank=3, dtype="floating", shape_hint="(B, T, d)")
+    x = _require_input(fn, x, atol, seed)
     ids = require_tensor("segment_ids", segment_ids, rank=2, dtype="integer", shape_hint="(B, T)")
+    require_same_shape("segment_ids", ids, "x's (B, T)", x[..., 0])
     gen, worst = torch.Generator().manual_seed(seed), 0.0
     for s in ids.unique().tolist():
         inside = ids == s  # (B, T)
@@ -157,9 +193,15 @@ def check_attention_rows(
 
     Args:
         weights: ``(..., Tq, Tk)``; allowed: bool, broadcastable to it (True = may attend).
+        atol: tolerance (> 0) on each row sum; forbidden weights must be exactly 0.
     """
-    weights = require_tensor("weights", weights, min_rank=2, dtype="floating")
-    allowed = require_tensor("allowed", allowed, dtype="bool").expand_as(weights)
+    weights = require_tensor(
+        "weights", weights, min_rank=2, dtype="floating", shape_hint="(..., Tq, Tk)"
+    )
+    require_nonempty("weights", weights, "Tq, Tk")
+    allowed = require_tensor("allowed", allowed, dtype="bool")
+    allowed = require_broadcastable("allowed", allowed, "weights", tuple(weights.shape))
+    atol = require_real("atol", atol, positive=True)
     live = allowed.any(-1)  # (..., Tq)
     row_error = (weights.sum(-1) - 1).abs()[live].max().item() if live.any() else 0.0
     leaked = weights.masked_fill(allowed, 0).abs().max().item()
@@ -171,96 +213,10 @@ def check_cache(full: torch.Tensor, cached: torch.Tensor, *, atol: float = 1e-5)
     """Cached decoding must reproduce full-sequence logits ``(B, T, V)`` at identical positions."""
     full = require_tensor("full", full, rank=3, dtype="floating", shape_hint="(B, T, V)")
     cached = require_tensor("cached", cached, rank=3, dtype="floating", shape_hint="(B, T, V)")
-    if full.shape != cached.shape:
-        raise ValueError(f"full {tuple(full.shape)} and cached {tuple(cached.shape)} differ")
+    require_same_shape("full", full, "cached", cached)
+    require_nonempty("full", full, "B, T, V")
+    atol = require_real("atol", atol, positive=True)
     gap = (full - cached).abs().flatten(2).amax(-1).amax(0)  # (T,)
     bad = (gap > atol).nonzero().flatten().tolist()
     first = f"first divergence at position {bad[0]}" if bad else "no divergence"
     return Check("cached = full logits", not bad, f"max gap {gap.max().item():.2g}; {first}")
-
-
-def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of each attention row, ``(..., Tq, Tk) -> (..., Tq)``; ``0 log 0 = 0``."""
-    weights = require_tensor("weights", weights, min_rank=1, dtype="floating")
-    return -(weights * weights.clamp_min(1e-30).log()).sum(-1)
-
-
-def watch_activations(model: nn.Module, *inputs: torch.Tensor) -> list[tuple[str, float, bool]]:
-    """Run ``model(*inputs)`` and record ``(module name, max |output|, all finite)`` per module,
-    in the order the modules ran, so the first non-finite entry names where a blow-up begins."""
-    records, handles = [], []
-
-    def hook(name: str):
-        def record(_module, _args, out) -> None:
-            if isinstance(out, torch.Tensor) and out.is_floating_point():
-                finite = bool(torch.isfinite(out).all())
-                records.append((name, out.detach().abs().nan_to_num(math.inf).max().item(), finite))
-
-        return record
-
-    for name, module in model.named_modules():
-        handles.append(module.register_forward_hook(hook(name or "<model>")))
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return records
-
-
-def grad_norm(model: nn.Module) -> float:
-    """Global L2 norm of the current gradients: what clipping sees *before* it clips."""
-    norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
-    return torch.stack(norms).norm().item() if norms else 0.0
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    """Bytes held during one training step, by what holds them."""
-
-    parameters: int  # the weights
-    gradients: int  # one gradient per trainable weight
-    optimizer: int  # optimizer state (AdamW: two moments per weight)
-    activations: int  # tensors autograd saved for backward (scales with batch and T)
-
-
-def measure_memory(
-    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable[[], torch.Tensor]
-) -> MemoryReport:
-    """Run one training step (``loss_fn()``, backward, ``optimizer.step()``) and count bytes.
-
-    Activations are the distinct storages autograd saves during ``loss_fn()``, excluding the
-    parameters themselves. The step changes the model, so measure on a copy if that matters.
-    """
-
-    def size(t: torch.Tensor) -> int:
-        return t.untyped_storage().nbytes()
-
-    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in weights:
-            saved[ptr] = size(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = loss_fn()
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    params = list(model.parameters())
-    state = [
-        t
-        for s in optimizer.state.values()
-        for t in s.values()
-        if isinstance(t, torch.Tensor) and t.dim() > 0
-    ]
-    return MemoryReport(
-        sum(size(p) for p in params),
-        sum(size(p.grad) for p in params if p.grad is not None),
-        sum(size(t) for t in state),
-        sum(saved.values()),
-    )

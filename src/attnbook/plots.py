@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from attnbook._checks import require_positive_int, require_real
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -60,11 +62,16 @@ def use_style() -> None:
 def new_figure(
     nrows: int = 1, ncols: int = 1, *, width: float = 6.4, height: float | None = None
 ) -> tuple[Figure, Axes | Sequence[Axes]]:
-    """A figure in the book's style; ``height`` defaults to a 16:9-ish panel per row."""
+    """A figure in the book's style; ``height`` defaults to a 16:9-ish panel per row.
+
+    ``nrows`` and ``ncols`` are ints ``>= 1``; ``width`` and ``height`` are inches ``> 0``.
+    """
     import matplotlib.pyplot as plt
 
-    if nrows < 1 or ncols < 1:
-        raise ValueError(f"nrows and ncols must be positive, got nrows={nrows}, ncols={ncols}")
+    nrows, ncols = require_positive_int("nrows", nrows), require_positive_int("ncols", ncols)
+    width = require_real("width", width, positive=True)
+    if height is not None:
+        height = require_real("height", height, positive=True)
     use_style()
     if height is None:
         height = 3.0 * nrows if ncols > 1 else 3.6 * nrows
@@ -89,18 +96,37 @@ def heatmap(
 
     Args:
         ax: the axes to draw on.
-        matrix: a 2-D tensor or array ``(rows, cols)``; bool masks are drawn as 0/1.
-        row_labels, col_labels: tick labels; default to indices.
+        matrix: a 2-D tensor or array ``(rows, cols)`` of numbers, at least 1x1; bool masks are
+            drawn as 0/1.
+        row_labels, col_labels: tick labels, one per row / column; default to indices.
+        vmin, vmax: the colour range; ``vmin < vmax`` when both are given.
         annotate: print each value (two decimals) in its cell; skipped past 12x12 cells.
 
     Returns:
         The ``AxesImage``.
     """
     import numpy as np
+    from matplotlib.axes import Axes
 
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
     values = np.asarray(matrix.detach().cpu() if hasattr(matrix, "detach") else matrix)
-    if values.ndim != 2:
-        raise ValueError(f"heatmap needs a 2-D matrix, got shape {tuple(values.shape)}")
+    if values.ndim != 2 or values.size == 0:
+        raise ValueError(f"matrix must be 2-D (rows, cols) and non-empty, got shape {values.shape}")
+    if values.dtype.kind not in "biuf":  # bool, signed, unsigned, floating
+        raise TypeError(f"matrix must hold numbers or bools, got dtype {values.dtype}")
+    for name, labels, count in (
+        ("row_labels", row_labels, values.shape[0]),
+        ("col_labels", col_labels, values.shape[1]),
+    ):
+        if labels is not None and len(labels) != count:
+            raise ValueError(
+                f"{name} has {len(labels)} labels for {count} {name[:3]}s of matrix {values.shape}"
+            )
+    vmin = None if vmin is None else require_real("vmin", vmin)
+    vmax = None if vmax is None else require_real("vmax", vmax)
+    if vmin is not None and vmax is not None and vmin >= vmax:
+        raise ValueError(f"vmin must be < vmax, got vmin={vmin}, vmax={vmax}")
     values = values.astype(float)
     image = ax.imshow(values, vmin=vmin, vmax=vmax, cmap=SEQUENTIAL_CMAP, aspect="equal")
     rows, cols = values.shape

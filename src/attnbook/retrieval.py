@@ -1,9 +1,10 @@
-"""Associative retrieval: a synthetic task and the one-block causal transformer that solves it.
+"""Associative retrieval: a synthetic lookup task whose table changes with every sequence.
 
 A sequence holds ``R`` context records ``(key, value)`` with distinct keys, then one query record
 ``(key, MASK)`` whose key repeats one of the context keys. The target is the value that this
 sequence paired with that key. Values are drawn afresh for every sequence, so the query alone
-says nothing about the answer: the model must read the context.
+says nothing about the answer: the model must read the context. The model that solves it, and
+its training and evaluation, live in :mod:`attnbook.retrieval_model`.
 
 Extra shape names: ``N`` examples, ``R`` context records (so ``T = R + 1``), ``V`` values.
 """
@@ -13,23 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
-from attnbook._checks import require_int, require_tensor
-from attnbook.attention import attention
-from attnbook.masks import causal_mask
+from attnbook._checks import (
+    require_instance,
+    require_int,
+    require_nonempty,
+    require_real,
+    require_same_shape,
+    require_tensor,
+)
 
-__all__ = [
-    "RetrievalConfig",
-    "RetrievalData",
-    "TinyRetriever",
-    "final_logits",
-    "intervention_accuracy",
-    "make_data",
-    "no_context_accuracy",
-    "score",
-    "train",
-]
+__all__ = ["RetrievalConfig", "RetrievalData", "make_data"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +46,22 @@ class RetrievalConfig:
     clip: float = 1.0  # gradient-norm clipping threshold
     seed: int = 12  # seeds the data, the initial weights and the batch order
 
+    def __post_init__(self) -> None:
+        sizes = ("keys", "values", "records", "train_size", "test_size", "width", "heads", "ffn")
+        for name in (*sizes, "steps", "batch"):
+            require_int(name, getattr(self, name), minimum=1)
+        require_int("seed", self.seed, minimum=0)
+        require_real("lr", self.lr, positive=True)
+        require_real("clip", self.clip, positive=True)
+        if require_real("weight_decay", self.weight_decay) < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.records > self.keys:
+            raise ValueError(
+                f"records={self.records} needs {self.records} distinct keys but keys={self.keys}"
+            )
+        if self.width % self.heads:
+            raise ValueError(f"width={self.width} is not a multiple of heads={self.heads}")
+
 
 @dataclass
 class RetrievalData:
@@ -61,6 +72,22 @@ class RetrievalData:
     answers: torch.Tensor  # (N,) the value paired with the query key in this sequence
     evidence: torch.Tensor  # (N,) which context record holds the answer
     signatures: set[tuple[int, ...]] = field(default_factory=set, repr=False)  # for dedup
+
+    def __post_init__(self) -> None:
+        for name in ("keys", "values"):
+            x = require_tensor(
+                name, getattr(self, name), rank=2, dtype="integer", shape_hint="(N, T)"
+            )
+            require_nonempty(name, x, "N, T")
+        require_same_shape("keys", self.keys, "values", self.values)
+        for name in ("answers", "evidence"):
+            x = require_tensor(
+                name, getattr(self, name), rank=1, dtype="integer", shape_hint="(N,)"
+            )
+            if len(x) != len(self.keys):
+                raise ValueError(
+                    f"{name} has shape {tuple(x.shape)} but keys has N={len(self.keys)}"
+                )
 
     def __len__(self) -> int:
         return len(self.answers)
@@ -89,6 +116,12 @@ def make_data(
         :class:`RetrievalData` whose ``signatures`` are the drawn ones (``exclude`` not included).
     """
     count = require_int("count", count, minimum=1)
+    require_instance("config", config, RetrievalConfig)
+    require_instance("generator", generator, torch.Generator)
+    if exclude is not None and not isinstance(exclude, set):
+        raise TypeError(
+            f"exclude must be a set of signatures or None, got {type(exclude).__name__}"
+        )
     r = config.records if records is None else require_int("records", records, minimum=1)
     if r > config.keys:
         raise ValueError(f"records={r} needs {r} distinct keys but keys={config.keys}")
@@ -115,115 +148,3 @@ def make_data(
     return RetrievalData(
         torch.tensor(keys_t), torch.tensor(vals_t), torch.tensor(ans), torch.tensor(ev), seen
     )
-
-
-class TinyRetriever(nn.Module):
-    """Embeddings, one pre-norm causal block (attention + FFN), a final norm and a value head.
-
-    Each position is the sum of a key embedding and a value embedding; there is no positional
-    embedding, because the answer depends on which key matches, not on where it sits.
-    """
-
-    def __init__(self, config: RetrievalConfig) -> None:
-        super().__init__()
-        if config.width % config.heads:
-            raise ValueError(f"width={config.width} is not a multiple of heads={config.heads}")
-        self.heads = config.heads
-        self.key_emb = nn.Embedding(config.keys, config.width)
-        self.value_emb = nn.Embedding(config.values + 1, config.width)  # +1 for MASK
-        self.norm1, self.norm2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
-        self.qkv = nn.Linear(config.width, 3 * config.width)
-        self.proj = nn.Linear(config.width, config.width)
-        self.ffn = nn.Sequential(
-            nn.Linear(config.width, config.ffn), nn.GELU(), nn.Linear(config.ffn, config.width)
-        )
-        self.norm_out = nn.LayerNorm(config.width)
-        self.head = nn.Linear(config.width, config.values)
-
-    def forward(
-        self, keys: torch.Tensor, values: torch.Tensor, *, head_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits for every position and the block's attention weights.
-
-        Args:
-            keys, values: integer ids ``(N, T)``.
-            head_mask: optional ``(H,)`` multiplier of each head's output (0 ablates a head).
-
-        Returns:
-            ``logits (N, T, V)`` and ``weights (N, H, T, T)`` (causal: row ``i`` reads ``<= i``).
-        """
-        keys = require_tensor("keys", keys, rank=2, dtype="integer", shape_hint="(N, T)")
-        values = require_tensor("values", values, rank=2, dtype="integer", shape_hint="(N, T)")
-        if keys.shape != values.shape:
-            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} differ")
-        n, t = keys.shape
-        x = self.key_emb(keys) + self.value_emb(values)  # (N, T, d)
-        q, k, v = self.qkv(self.norm1(x)).view(n, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        out, weights = attention(q, k, v, causal_mask(t), return_weights=True)  # (N, H, T, dk)
-        if head_mask is not None:
-            out = out * head_mask.view(1, -1, 1, 1)
-        x = x + self.proj(out.transpose(1, 2).reshape(n, t, -1))  # (N, T, d)
-        x = x + self.ffn(self.norm2(x))
-        return self.head(self.norm_out(x)), weights  # (N, T, V), (N, H, T, T)
-
-
-def final_logits(model: TinyRetriever, data: RetrievalData, **kwargs) -> torch.Tensor:
-    """Logits ``(N, V)`` at the query position, the only one the task scores."""
-    return model(data.keys, data.values, **kwargs)[0][:, -1]
-
-
-def score(model: TinyRetriever, data: RetrievalData, **kwargs) -> tuple[float, float]:
-    """``(mean cross-entropy, accuracy)`` at the query position, without gradients."""
-    with torch.no_grad():
-        logits = final_logits(model, data, **kwargs)
-        loss = nn.functional.cross_entropy(logits, data.answers).item()
-        return loss, (logits.argmax(-1) == data.answers).float().mean().item()
-
-
-def no_context_accuracy(model: TinyRetriever, data: RetrievalData) -> float:
-    """Accuracy when the model sees only the query record (chance is ``1 / V``)."""
-    with torch.no_grad():
-        logits = model(data.keys[:, -1:], data.values[:, -1:])[0][:, -1]  # (N, V)
-        return (logits.argmax(-1) == data.answers).float().mean().item()
-
-
-def intervention_accuracy(model: TinyRetriever, data: RetrievalData, shift: int = 1) -> float:
-    """Rewrite the matching record's value to ``(answer + shift) % V``; how often does the
-    prediction follow the new value?"""
-    vocab = model.head.out_features
-    new_answers = (data.answers + shift) % vocab  # (N,)
-    values = data.values.clone()
-    values[torch.arange(len(data)), data.evidence] = new_answers
-    edited = RetrievalData(data.keys, values, new_answers, data.evidence)
-    return score(model, edited)[1]
-
-
-def train(config: RetrievalConfig, data: RetrievalData) -> tuple[TinyRetriever, list[float], float]:
-    """Train a fresh :class:`TinyRetriever` with AdamW, scoring the final position only.
-
-    The global RNG is used only inside a forked state seeded by ``config.seed``, so the run is
-    reproducible and leaves the caller's random state untouched. Use one CPU thread for
-    bit-identical runs.
-
-    Returns:
-        ``(model in eval mode, per-step training losses, initial loss on the first 128 rows)``.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        model = TinyRetriever(config)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
-    )
-    sampler = torch.Generator().manual_seed(config.seed + 1)
-    head = RetrievalData(data.keys[:128], data.values[:128], data.answers[:128], data.evidence)
-    initial, losses = score(model, head)[0], []
-    for _ in range(config.steps):
-        ids = torch.randint(len(data), (config.batch,), generator=sampler)  # (batch,)
-        logits = model(data.keys[ids], data.values[ids])[0][:, -1]  # (batch, V)
-        loss = nn.functional.cross_entropy(logits, data.answers[ids])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-        optimizer.step()
-        losses.append(loss.item())
-    return model.eval(), losses, initial

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import random
 
+from attnbook._checks import require_int
+
 __all__ = ["setup"]
 
 
@@ -17,10 +19,8 @@ def setup(seed: int = 0, *, threads: int = 1) -> None:
             order, so printed digits match between machines and between runs (strict nbval
             compares them), and the chapters are small enough not to miss the others.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    seed = require_int("seed", seed, minimum=0)
+    threads = require_int("threads", threads, minimum=1)
 
     # Importing pyplot activates the kernel's inline backend, which is what lets a bare
     # matplotlib Figure (a widget's static frames, say) display as an image when it is the

@@ -1,0 +1,174 @@
+"""The one-block causal transformer that solves :mod:`attnbook.retrieval`, and how to test it.
+
+Training scores only the query position; evaluation measures accuracy, the accuracy left when
+the context is removed, and whether the prediction follows an edit of the evidence.
+
+Extra shape names: ``N`` examples, ``V`` values.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attnbook._checks import (
+    require_instance,
+    require_int,
+    require_nonempty,
+    require_same_shape,
+    require_tensor,
+)
+from attnbook.attention import attention
+from attnbook.masks import causal_mask
+from attnbook.retrieval import RetrievalConfig, RetrievalData
+
+__all__ = [
+    "TinyRetriever",
+    "final_logits",
+    "intervention_accuracy",
+    "no_context_accuracy",
+    "score",
+    "train",
+]
+
+
+def _require_ids(name: str, ids: object, vocab: int) -> None:
+    """Integer ids ``(N, T)``, non-empty, each in ``[0, vocab)`` (what ``nn.Embedding`` takes)."""
+    ids = require_nonempty(
+        name, require_tensor(name, ids, rank=2, dtype="integer", shape_hint="(N, T)"), "N, T"
+    )
+    low, high = ids.min().item(), ids.max().item()
+    if low < 0 or high >= vocab:
+        raise ValueError(f"{name} must lie in [0, {vocab}), got ids from {low} to {high}")
+
+
+class TinyRetriever(nn.Module):
+    """Embeddings, one pre-norm causal block (attention + FFN), a final norm and a value head.
+
+    Each position is the sum of a key embedding and a value embedding; there is no positional
+    embedding, because the answer depends on which key matches, not on where it sits.
+    """
+
+    def __init__(self, config: RetrievalConfig) -> None:
+        super().__init__()
+        require_instance("config", config, RetrievalConfig)  # which checks width % heads == 0
+        self.heads = config.heads
+        self.key_emb = nn.Embedding(config.keys, config.width)
+        self.value_emb = nn.Embedding(config.values + 1, config.width)  # +1 for MASK
+        self.norm1, self.norm2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
+        self.qkv = nn.Linear(config.width, 3 * config.width)
+        self.proj = nn.Linear(config.width, config.width)
+        self.ffn = nn.Sequential(
+            nn.Linear(config.width, config.ffn), nn.GELU(), nn.Linear(config.ffn, config.width)
+        )
+        self.norm_out = nn.LayerNorm(config.width)
+        self.head = nn.Linear(config.width, config.values)
+
+    def forward(
+        self, keys: torch.Tensor, values: torch.Tensor, *, head_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits for every position and the block's attention weights.
+
+        Args:
+            keys, values: integer ids ``(N, T)``; keys lie in ``[0, config.keys)`` and values in
+                ``[0, V]`` (``V`` is MASK). ``T`` may differ from ``config.records + 1``.
+            head_mask: optional floating ``(H,)`` multiplier of each head's output (0 ablates a
+                head).
+
+        Returns:
+            ``logits (N, T, V)`` and ``weights (N, H, T, T)`` (causal: row ``i`` reads ``<= i``).
+        """
+        _require_ids("keys", keys, self.key_emb.num_embeddings)
+        _require_ids("values", values, self.value_emb.num_embeddings)
+        require_same_shape("keys", keys, "values", values)
+        if head_mask is not None:
+            head_mask = require_tensor("head_mask", head_mask, rank=1, dtype="floating")
+            if len(head_mask) != self.heads:
+                raise ValueError(
+                    f"head_mask has shape {tuple(head_mask.shape)}; expected (H,) = ({self.heads},)"
+                )
+        n, t = keys.shape
+        x = self.key_emb(keys) + self.value_emb(values)  # (N, T, d)
+        q, k, v = self.qkv(self.norm1(x)).view(n, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        out, weights = attention(q, k, v, causal_mask(t), return_weights=True)  # (N, H, T, dk)
+        if head_mask is not None:
+            out = out * head_mask.view(1, -1, 1, 1)
+        x = x + self.proj(out.transpose(1, 2).reshape(n, t, -1))  # (N, T, d)
+        x = x + self.ffn(self.norm2(x))
+        return self.head(self.norm_out(x)), weights  # (N, T, V), (N, H, T, T)
+
+
+def _require_model_and_data(model: object, data: object) -> None:
+    require_instance("model", model, TinyRetriever)
+    require_instance("data", data, RetrievalData)
+
+
+def final_logits(model: TinyRetriever, data: RetrievalData, **kwargs) -> torch.Tensor:
+    """Logits ``(N, V)`` at the query position, the only one the task scores."""
+    _require_model_and_data(model, data)
+    return model(data.keys, data.values, **kwargs)[0][:, -1]
+
+
+def score(model: TinyRetriever, data: RetrievalData, **kwargs) -> tuple[float, float]:
+    """``(mean cross-entropy, accuracy)`` at the query position, without gradients."""
+    with torch.no_grad():
+        logits = final_logits(model, data, **kwargs)
+        loss = nn.functional.cross_entropy(logits, data.answers).item()
+        return loss, (logits.argmax(-1) == data.answers).float().mean().item()
+
+
+def no_context_accuracy(model: TinyRetriever, data: RetrievalData) -> float:
+    """Accuracy when the model sees only the query record (chance is ``1 / V``)."""
+    _require_model_and_data(model, data)
+    with torch.no_grad():
+        logits = model(data.keys[:, -1:], data.values[:, -1:])[0][:, -1]  # (N, V)
+        return (logits.argmax(-1) == data.answers).float().mean().item()
+
+
+def intervention_accuracy(model: TinyRetriever, data: RetrievalData, shift: int = 1) -> float:
+    """Rewrite the matching record's value to ``(answer + shift) % V``; how often does the
+    prediction follow the new value? ``shift`` must not be a multiple of ``V``."""
+    _require_model_and_data(model, data)
+    vocab = model.head.out_features
+    if require_int("shift", shift) % vocab == 0:
+        raise ValueError(f"shift={shift} is a multiple of V={vocab}, so the edit changes nothing")
+    new_answers = (data.answers + shift) % vocab  # (N,)
+    values = data.values.clone()
+    values[torch.arange(len(data)), data.evidence] = new_answers
+    edited = RetrievalData(data.keys, values, new_answers, data.evidence)
+    return score(model, edited)[1]
+
+
+def train(config: RetrievalConfig, data: RetrievalData) -> tuple[TinyRetriever, list[float], float]:
+    """Train a fresh :class:`TinyRetriever` with AdamW, scoring the final position only.
+
+    The global RNG is used only inside a forked state seeded by ``config.seed``, so the run is
+    reproducible and leaves the caller's random state untouched. Use one CPU thread for
+    bit-identical runs.
+
+    Returns:
+        ``(model in eval mode, per-step training losses, initial loss on the first 128 rows)``.
+    """
+    require_instance("config", config, RetrievalConfig)
+    require_instance("data", data, RetrievalData)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = TinyRetriever(config)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    sampler = torch.Generator().manual_seed(config.seed + 1)
+    head = RetrievalData(
+        data.keys[:128], data.values[:128], data.answers[:128], data.evidence[:128]
+    )
+    initial, losses = score(model, head)[0], []
+    for _ in range(config.steps):
+        ids = torch.randint(len(data), (config.batch,), generator=sampler)  # (batch,)
+        logits = model(data.keys[ids], data.values[ids])[0][:, -1]  # (batch, V)
+        loss = nn.functional.cross_entropy(logits, data.answers[ids])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+        optimizer.step()
+        losses.append(loss.item())
+    return model.eval(), losses, initial
