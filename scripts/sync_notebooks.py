@@ -12,6 +12,7 @@ opening the file would see an error box instead of the widget's HTML face.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,13 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 
 def build(md: Path) -> nbformat.NotebookNode:
     nb = jupytext.read(md)
+    # Cell ids derived from the cell's own text (jupytext would draw random ones), so that
+    # re-syncing an unchanged chapter rewrites nothing and an edit changes only its cell.
+    seen: dict[str, int] = {}
+    for cell in nb.cells:
+        digest = hashlib.sha1(f"{cell.cell_type}:{cell.source}".encode()).hexdigest()[:12]
+        seen[digest] = seen.get(digest, 0) + 1
+        cell.id = digest if seen[digest] == 1 else f"{digest}-{seen[digest]}"
     nb.metadata["kernelspec"] = KERNELSPEC
     nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
     client = NotebookClient(
