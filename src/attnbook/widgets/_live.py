@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 __all__ = ["Control", "LiveWidget", "WidgetSpec", "js_source"]
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _ids = itertools.count()  # deterministic element ids in a fresh kernel (strict nbval)
 
 LIVE_NOTE = (
@@ -315,10 +316,15 @@ globalThis.attnbook.mount(document.getElementById("{root}"), "{self.spec.name}",
         # The static-site build sets ATTNBOOK_WIDGETS=static: no kernel will be there to
         # answer the sliders, so only the JavaScript face is emitted (and no widget state
         # is saved, which would make each page load the 3.6 MB widget manager for nothing).
-        if os.environ.get("ATTNBOOK_WIDGETS") == "static":
-            bundle = {}
-        else:
-            bundle = self.ipywidget()._repr_mimebundle_(include=include, exclude=exclude) or {}
+        bundle = {}
+        if os.environ.get("ATTNBOOK_WIDGETS") != "static":
+            # Written out rather than asking ipywidgets, whose 7.x line (still Colab's
+            # default) has no _repr_mimebundle_; a view needs only the model's id.
+            bundle[WIDGET_VIEW] = {
+                "version_major": 2,
+                "version_minor": 0,
+                "model_id": self.ipywidget().model_id,
+            }
         bundle["text/html"] = self.html()
         bundle["text/plain"] = f"{self.spec.title} (interactive: run in JupyterLab or Colab)"
         return bundle
