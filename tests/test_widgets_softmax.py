@@ -44,6 +44,13 @@ def test_score_std_is_sqrt_dk_without_the_division():
         assert softmax_state(scale=1.0, d_k=d_k, divide=True)["score_std"] == 1.0
 
 
+def test_fixed_scores_are_standardised():
+    # "score std" in the readout is only the logits' real spread if the base row has std 1
+    scores = torch.tensor(STANDARD_SCORES, dtype=torch.float64)
+    assert abs(scores.mean().item()) < 1e-12
+    assert scores.std(correction=0).item() == pytest.approx(1.0, rel=1e-12)
+
+
 def test_division_makes_the_state_independent_of_dk():
     states = [softmax_state(scale=1.3, d_k=d_k, divide=True) for d_k in D_KS]
     assert all(s == states[0] for s in states)

@@ -22,10 +22,6 @@ def setup(seed: int = 0, *, threads: int = 1) -> None:
     seed = require_int("seed", seed, minimum=0)
     threads = require_int("threads", threads, minimum=1)
 
-    # Importing pyplot activates the kernel's inline backend, which is what lets a bare
-    # matplotlib Figure (a widget's static frames, say) display as an image when it is the
-    # last expression of a cell.
-    import matplotlib.pyplot  # noqa: F401
     import numpy as np
     import torch
 
@@ -36,4 +32,18 @@ def setup(seed: int = 0, *, threads: int = 1) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
+    _inline_figures()  # first: it may reset rcParams that the book's style then sets
     use_style()
+
+
+def _inline_figures() -> None:
+    # In a kernel, turn on inline figures now rather than when pyplot is first used: a
+    # chapter may display a bare matplotlib Figure (a widget's static frames) before any
+    # plt call, and without this it would print as "<Figure size ...>" instead of an image.
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        shell.run_line_magic("matplotlib", "inline")

@@ -8,10 +8,15 @@ from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
 __all__ = ["SPEC", "softmax_saturation", "softmax_state"]
 
-# Eight keys' scores for one query, standardised (what q.k / sqrt(d_k) looks like for one
-# fixed draw). Unscaled, a dot product of d_k unit-variance coordinates has standard
-# deviation sqrt(d_k), so the widget multiplies these by sqrt(d_k) before any division.
-STANDARD_SCORES = (1.3, 0.8, 0.35, 0.1, -0.15, -0.55, -0.9, -1.25)
+# Eight keys' scores for one query, standardised to mean 0 and (population) standard
+# deviation 1, so that "score std" in the readout is the actual spread of the logits: what
+# q.k / sqrt(d_k) looks like for one fixed draw. Unscaled, a dot product of d_k unit-variance
+# coordinates has standard deviation sqrt(d_k), so the widget multiplies these by sqrt(d_k)
+# before any division.
+_RAW_SCORES = (1.3, 0.8, 0.35, 0.1, -0.15, -0.55, -0.9, -1.25)
+_MEAN = sum(_RAW_SCORES) / len(_RAW_SCORES)
+_STD = math.sqrt(sum((z - _MEAN) ** 2 for z in _RAW_SCORES) / len(_RAW_SCORES))
+STANDARD_SCORES = tuple((z - _MEAN) / _STD for z in _RAW_SCORES)
 SCALE_GRID = tuple(round(10 ** (-1 + 2 * i / 40), 12) for i in range(41))  # 0.1 .. 10
 
 

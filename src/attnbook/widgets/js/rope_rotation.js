@@ -1,4 +1,4 @@
-// RoPE in one plane, computed in the browser. Mirrors attnbook.widgets.rope_rotation.rope_state.
+// RoPE in one plane, computed in the browser. Mirrors attnbook.widgets.rope_plane.rope_state.
 (function (g) {
   const ab = g.attnbook;
 
