@@ -64,7 +64,12 @@ def test_stored_outputs_come_from_one_fresh_top_to_bottom_run(md):
     for cell in stored["cells"]:
         for output in cell.get("outputs", []):
             assert output["output_type"] != "error", f"{md.name}: a stored output is an error"
-            assert "application/vnd.jupyter.widget-view+json" not in output.get("data", {})
+            data = output.get("data", {})
+            assert "application/vnd.jupyter.widget-view+json" not in data
+            assert not (
+                str(data.get("text/plain", "")).startswith("<Figure size")
+                and "image/png" not in data
+            ), f"{md.name}: a figure was stored as text only (inline display was off)"
         assert "execution" not in cell.get("metadata", {}), "timing metadata makes noisy diffs"
 
 
@@ -97,3 +102,32 @@ def test_chapter_follows_the_pattern(md):
         if "figure:" in block:
             assert "alt:" in block, f"{md.name}: a figure without alt text"
             assert "caption:" in block, f"{md.name}: a figure without a caption"
+
+
+README = (ROOT / "README.md").read_text()
+MARKERS = ("nbval-ignore-output", "nbval-skip")
+
+
+def test_every_nbval_marker_has_a_reason_and_is_listed_in_the_readme():
+    for md in CHAPTERS:
+        cells = [
+            c
+            for c in jupytext.read(md).cells
+            if set(c.metadata.get("tags", [])) & set(MARKERS) or "NBVAL_" in c.source
+        ]
+        for cell in cells:
+            assert re.search(r"#\s*nbval-[a-z-]+:\s*\S", cell.source), (
+                f"{md.name}: an nbval marker without a `# nbval-...: reason` comment"
+            )
+        if cells:
+            row = re.search(rf"^\|[^\n]*`{md.stem}`[^\n]*$", README, re.M)
+            assert row, f"README's marker table does not list {md.stem}"
+            count = "1 cell" if len(cells) == 1 else f"{len(cells)} cells"
+            assert count in row.group(0), f"README lists {md.stem} but not as {count}"
+
+
+def test_every_nbval_sanitizer_is_explained_in_the_readme():
+    sections = re.findall(r"^\[(.+)\]$", (ROOT / "tests/nbval_sanitize.cfg").read_text(), re.M)
+    assert sections
+    for section in sections:
+        assert section in README, f"README does not explain the sanitizer [{section}]"
