@@ -470,3 +470,12 @@ def test_bad_input_is_rejected_with_a_message_naming_it(call, error, match):
 def test_case_ids_are_unique():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids))
+
+
+def test_readme_states_the_number_of_cases():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    stated = re.search(r"\*\*(\d+) bad-input cases\*\*", readme)
+    assert stated, "README no longer states how many bad-input cases there are"
+    assert int(stated.group(1)) == len(CASES)
