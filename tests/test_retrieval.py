@@ -98,6 +98,7 @@ def test_training_meets_the_lab_thresholds():
     test_set = make_data(
         CONFIG.test_size, CONFIG, torch.Generator().manual_seed(121), exclude=train_set.signatures
     )
+    # The lab's 30 s budget is measured by benchmarks/notebook_times.py, not asserted here.
     model, losses, initial = train(CONFIG, train_set)
     assert len(losses) == CONFIG.steps
     test_loss, accuracy = score(model, test_set)
@@ -110,6 +111,6 @@ def test_training_meets_the_lab_thresholds():
         changed = test_set.values.clone()
         changed[:, 2 : CONFIG.records] = (changed[:, 2 : CONFIG.records] + 1) % CONFIG.values
         after = model(test_set.keys, changed)[0]
-    torch.testing.assert_close(after[:, :2], before[:, :2], rtol=0, atol=1e-6)
+    assert torch.equal(after[:, :2], before[:, :2])  # bit-for-bit, as the lab asserts
     # same seed, same run: training is deterministic on one thread
     assert train(CONFIG, train_set)[1] == losses

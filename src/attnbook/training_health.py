@@ -35,7 +35,10 @@ def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
 
 def watch_activations(model: nn.Module, *inputs: torch.Tensor) -> list[tuple[str, float, bool]]:
     """Run ``model(*inputs)`` and record ``(module name, max |output|, all finite)`` per module,
-    in the order the modules ran, so the first non-finite entry names where a blow-up begins."""
+    in the order the modules ran, so the first non-finite entry names where a blow-up begins.
+
+    Only floating tensor outputs are recorded; a NaN counts as an infinite ``max |output|``.
+    Runs without gradients and removes its hooks afterwards, even if the model raises."""
     require_instance("model", model, nn.Module)
     for i, x in enumerate(inputs):
         require_tensor(f"inputs[{i}]", x)
