@@ -135,6 +135,12 @@ def test_every_page_loads_offline_without_errors_and_typesets_math(site, browser
         typeset = page.locator("article .math mjx-container").count()
         if typeset < math:
             problems.append(f"{rel}: {math - typeset} of {math} math elements not typeset")
+        wide = page.evaluate("""() => {
+            const width = document.querySelector('article').getBoundingClientRect().width;
+            return [...document.querySelectorAll('article div.math mjx-container')]
+                .filter(m => m.scrollWidth > width + 2).map(m => m.textContent.slice(0, 50));
+        }""")
+        problems += [f"{rel}: display math wider than the page at desktop width: {w}" for w in wide]
         raw = re.findall(r"\\\(|\\\[|\$\$", text)
         if raw:
             problems.append(f"{rel}: raw TeX left in the text: {raw[:3]}")
