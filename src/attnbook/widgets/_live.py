@@ -16,6 +16,24 @@ nothing. Every widget in this package is therefore declared once, as a :class:`W
   ``tests/test_widgets_js.py`` runs the JavaScript in Node and checks it against ``compute``
   for a grid of settings, so the two implementations cannot drift apart silently.
 
+Choosing the static mechanism, widget by widget
+----------------------------------------------
+Three mechanisms keep a control live without a kernel: precomputed frames swapped by a range
+input (matplotlib's ``to_jshtml``; ~10 KB a frame, one parameter), a grid of precomputed
+states for two parameters (frames multiply), or the arithmetic itself in JavaScript. Each
+widget here has three or more controls, so frames would need hundreds to thousands of PNGs,
+while its arithmetic is a few lines; every one therefore recomputes in JavaScript:
+
+=======================  =======================================  ===========================
+widget                   what the JavaScript recomputes           why not frames
+=======================  =======================================  ===========================
+softmax_saturation       softmax, entropy, Jacobian norm, curve   3 controls, continuous scale
+kv_cache_calculator      exact integer byte counts (< 2**53)      7 controls, ~10**6 settings
+mask_explorer            the causal/padding/segment mask rule     6 controls, a grid per setting
+rope_rotation            2-D rotations and the score curve        4 controls, continuous base
+online_softmax_stepper   block states and their exact merges      3 controls, data-dependent
+=======================  =======================================  ===========================
+
 Displaying a :class:`LiveWidget` returns one MIME bundle holding both faces. JupyterLab and
 Colab prefer the widget view (the sliders call back into Python); the book build is told to
 prefer ``text/html`` (``nb_mime_priority_overrides`` in ``_config.yml``), so the site shows
