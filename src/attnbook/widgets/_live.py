@@ -28,7 +28,7 @@ while its arithmetic is a few lines; every one therefore recomputes in JavaScrip
 widget                   what the JavaScript recomputes           why not frames
 =======================  =======================================  ===========================
 softmax_saturation       softmax, entropy, Jacobian norm, curve   3 controls, continuous scale
-kv_cache_calculator      exact integer byte counts (< 2**53)      7 controls, ~10**6 settings
+kv_cache_calculator      exact integer byte counts (< 2**53)      7 controls, millions of settings
 mask_explorer            the causal/padding/segment mask rule     6 controls, a grid per setting
 rope_rotation            2-D rotations and the score curve        4 controls, continuous base
 online_softmax_stepper   block states and their exact merges      3 controls, data-dependent
