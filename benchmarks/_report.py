@@ -20,8 +20,7 @@ def machine() -> str:
 
     return (
         f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
-        f"{platform.python_version()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} torch threads"
+        f"{platform.python_version()}, torch {torch.__version__}"
     )
 
 
