@@ -24,6 +24,7 @@ from attnbook.diagnostics import (
     check_label_shift,
     check_loss_masking,
 )
+from attnbook.heads import merge_heads, split_heads
 from attnbook.masks import causal_mask, padding_mask, segment_mask, sliding_window_mask
 from attnbook.memory import peak_bytes
 from attnbook.online_softmax import SoftmaxState, block_state, finalize, merge, tiled_attention
@@ -456,6 +457,19 @@ CASES = [
     ("memory-loss-not-scalar",
         lambda: measure_memory(NET, torch.optim.SGD(NET.parameters()), lambda: NET(X)),
         ValueError, rf"loss_fn\(\) must be a scalar tensor, got shape {shape(1, 3, 4)}"),
+    # heads
+    ("split-not-tensor", lambda: split_heads([[1.0]], 2),
+        TypeError, r"x must be a torch\.Tensor"),
+    ("split-rank-1", lambda: split_heads(t(8), 2),
+        ValueError, rf"x must have rank >= 2.*{shape(8)}"),
+    ("split-heads-zero", lambda: split_heads(t(3, 8), 0),
+        ValueError, r"heads.*0"),
+    ("split-heads-float", lambda: split_heads(t(3, 8), 2.0),
+        TypeError, r"heads.*2\.0"),
+    ("split-indivisible", lambda: split_heads(t(3, 8), 3),
+        ValueError, rf"x has d=8 features \(shape {shape(3, 8)}\), which 3 heads"),
+    ("merge-rank-2", lambda: merge_heads(t(3, 8)),
+        ValueError, rf"x must have rank >= 3.*{shape(3, 8)}"),
 ]  # fmt: skip
 
 

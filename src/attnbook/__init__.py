@@ -20,7 +20,7 @@ Conventions
 * Public functions validate their inputs and raise ``ValueError``/``TypeError`` naming the
   offending argument and its shape or value.
 
-Modules: ``attention``, ``masks``, ``rope``, ``costs``, ``online_softmax``, ``memory``,
+Modules: ``attention``, ``heads``, ``masks``, ``rope``, ``costs``, ``online_softmax``, ``memory``,
 ``plots``, ``widgets``, ``runtime``; the labs add ``retrieval`` (the task) with
 ``retrieval_model`` (its model and training), and ``diagnostics`` (data and mask contracts)
 with ``training_health`` (activations, gradients, memory, entropy).

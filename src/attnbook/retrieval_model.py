@@ -19,6 +19,7 @@ from attnbook._checks import (
     require_tensor,
 )
 from attnbook.attention import attention
+from attnbook.heads import merge_heads, split_heads
 from attnbook.masks import causal_mask
 from attnbook.retrieval import RetrievalConfig, RetrievalData
 
@@ -87,13 +88,14 @@ class TinyRetriever(nn.Module):
                 raise ValueError(
                     f"head_mask has shape {tuple(head_mask.shape)}; expected (H,) = ({self.heads},)"
                 )
-        n, t = keys.shape
+        t = keys.shape[1]
         x = self.key_emb(keys) + self.value_emb(values)  # (N, T, d)
-        q, k, v = self.qkv(self.norm1(x)).view(n, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(self.norm1(x)).chunk(3, dim=-1)  # 3 x (N, T, d)
+        q, k, v = (split_heads(z, self.heads) for z in qkv)  # (N, H, T, dk) each
         out, weights = attention(q, k, v, causal_mask(t), return_weights=True)  # (N, H, T, dk)
         if head_mask is not None:
             out = out * head_mask.view(1, -1, 1, 1)
-        x = x + self.proj(out.transpose(1, 2).reshape(n, t, -1))  # (N, T, d)
+        x = x + self.proj(merge_heads(out))  # (N, T, d)
         x = x + self.ffn(self.norm2(x))
         return self.head(self.norm_out(x)), weights  # (N, T, V), (N, H, T, T)
 
