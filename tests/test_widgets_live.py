@@ -82,7 +82,8 @@ def test_html_face_is_self_contained_and_escaped():
     for control in TOY.controls:
         assert f'name="{control.name}"' in first
     assert "Toy &lt;widget&gt;" in first and "<widget>" not in first
-    assert "Live on this page" in first
+    # Visible text says the script has not run; the script swaps in the live note on mount.
+    assert re.search(r'data-live="Live on this page[^"]*">The script behind this figure', first)
     assert js_source("runtime") in first
     assert "http://" not in first.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in first

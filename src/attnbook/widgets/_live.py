@@ -57,6 +57,12 @@ __all__ = ["Control", "LiveWidget", "WidgetSpec", "js_source"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _ids = itertools.count()  # deterministic element ids in a fresh kernel (strict nbval)
 
+# Shown until the script runs; mount() swaps in LIVE_NOTE. A reader sees it with JavaScript
+# off, or in JupyterLab, which strips the scripts of an untrusted notebook's stored outputs.
+NOT_RUN_NOTE = (
+    "The script behind this figure has not run here: in Jupyter, re-run the cell (or trust "
+    "the notebook); the static figures nearby carry the same lesson."
+)
 LIVE_NOTE = (
     "Live on this page: the controls recompute in your browser. "
     "The full widget, with Python behind it, runs in JupyterLab or Colab."
@@ -256,14 +262,12 @@ class LiveWidget:
         return f"""<style>{_CSS}</style>
 <div class="attnbook-widget" id="{root}" data-widget="{self.spec.name}">
 <p class="attnbook-title"><strong>{html.escape(self.spec.title)}</strong></p>
-<p class="attnbook-live-note">{html.escape(self.spec.live_note)}</p>
+<p class="attnbook-live-note" data-live="{html.escape(self.spec.live_note)}">{NOT_RUN_NOTE}</p>
 <form class="attnbook-controls" onsubmit="return false">
 {controls}
 </form>
 <div class="attnbook-view" role="img" aria-label="{html.escape(self.spec.title)}"></div>
 <p class="attnbook-readout" aria-live="polite"></p>
-<noscript>This interactive figure needs JavaScript; the static figures on this page
-carry the same lesson.</noscript>
 </div>
 <script>
 (function () {{

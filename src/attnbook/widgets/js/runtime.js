@@ -57,6 +57,8 @@
     const form = root.querySelector("form");
     const view = root.querySelector(".attnbook-view");
     const readout = root.querySelector(".attnbook-readout");
+    const note = root.querySelector(".attnbook-live-note");
+    if (note && note.dataset.live) note.textContent = note.dataset.live; // the script runs
     // JupyterLab uses arrow keys for cell navigation; keep them for the sliders.
     root.addEventListener("keydown", (e) => e.stopPropagation());
     const redraw = () => {
