@@ -199,6 +199,7 @@ class LiveWidget:
         self.params = self._checked({c.name: c.value for c in spec.controls} | params)
         self.spec.compute(**self.params)  # reject an impossible starting point early
         self._box = None
+        self._positions = None  # axes positions of the kernel face's first laid-out picture
 
     def _checked(self, params: Mapping[str, Any]) -> dict[str, Any]:
         known = {c.name: c for c in self.spec.controls}
@@ -215,13 +216,16 @@ class LiveWidget:
 
     def figure(self, **overrides: Any):
         """A matplotlib figure of :meth:`state` (what the kernel face displays)."""
+        return self._draw(self.state(**overrides), layout="constrained")
+
+    def _draw(self, state: dict, *, layout: str):
         from matplotlib.figure import Figure
 
         from attnbook.plots import use_style
 
         use_style()
-        fig = Figure(figsize=(6.4, 3.4), layout="constrained")
-        self.spec.draw(self.state(**overrides), fig)
+        fig = Figure(figsize=(6.4, 3.4), layout=layout)
+        self.spec.draw(state, fig)
         return fig
 
     def small_multiples(self, name: str, values, *, ncols: int | None = None, **fixed: Any):
@@ -339,14 +343,8 @@ globalThis.attnbook.mount(document.getElementById("{root}"), "{self.spec.name}",
         the first picture are kept for the following ones (while the axes stay the same),
         which keeps a slider move within the 100 ms a reader notices.
         """
-        from matplotlib.figure import Figure
-
-        from attnbook.plots import use_style
-
-        use_style()
-        saved = getattr(self, "_positions", None)
-        fig = Figure(figsize=(6.4, 3.4), layout="none" if saved else "constrained")
-        self.spec.draw(self.state(), fig)
+        saved = self._positions
+        fig = self._draw(self.state(), layout="none" if saved else "constrained")
         if saved and len(saved) == len(fig.axes):
             for ax, position in zip(fig.axes, saved, strict=True):
                 ax.set_position(position)
