@@ -53,10 +53,19 @@ def build(md: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def canonical(md: Path) -> None:
+    """Rewrite ``md`` in jupytext's own MyST form (JupyterLab's save writes exactly this)."""
+    text = md.read_text(encoding="utf-8")
+    form = jupytext.writes(jupytext.reads(text, fmt="md:myst"), fmt="md:myst")
+    if form != text:
+        md.write_text(form, encoding="utf-8")
+
+
 def main(paths: list[str]) -> int:
     sources = [Path(p) for p in paths] or sorted((ROOT / "notebooks").glob("*.md"))
     for md in sources:
         start = time.perf_counter()
+        canonical(md)
         nb = build(md.resolve())
         nbformat.write(nb, md.with_suffix(".ipynb"))
         print(f"{md.name}: executed in {time.perf_counter() - start:.1f} s")
