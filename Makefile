@@ -70,8 +70,8 @@ test: setup browser-deps $(CACHE_STAMP)
 sync: setup
 	$(BIN)/python scripts/sync_notebooks.py $(NB)
 
-lab: setup
-	$(BIN)/jupyter lab notebooks/
+lab: $(STAMP)  # JupyterLab needs the Python environment only (no npm, no browser)
+	$(BIN)/python scripts/lab.py $(LAB_ARGS)
 
 serve:
 	test -f _build/html/index.html || $(MAKE) book

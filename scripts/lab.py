@@ -1,0 +1,59 @@
+"""Start JupyterLab on notebooks/ the way `make lab` does (tests and benchmarks import it).
+
+    python scripts/lab.py                      # what `make lab` runs
+    python scripts/lab.py --port 8899 --no-browser
+
+What it sets up, and why:
+* ``jupyter/`` (on ``JUPYTER_CONFIG_PATH``): the file browser lists each chapter once (the
+  ``.ipynb``, which carries outputs and reads without MyST; the ``.md`` source is hidden), no
+  news pop-up, and widget state saved with the notebook so a saved chapter reopens with its
+  pictures instead of "model not found".
+* The chapters are marked trusted (they are this repository's own files), so their stored
+  widget and HTML outputs render with their scripts.
+* ``--allow-root`` when run as root (containers, cloud VMs), where Lab otherwise refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+CONFIG = ROOT / "jupyter"
+
+
+def environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment Lab runs in: the book's config folder first on the config path."""
+    env = dict(os.environ if base is None else base)
+    paths = [str(CONFIG), *filter(None, env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def command(*extra: str) -> list[str]:
+    """The ``jupyter lab`` command line, with ``extra`` arguments appended."""
+    bin_dir = Path(sys.executable).parent
+    cmd = [str(bin_dir / "jupyter"), "lab", f"--ServerApp.root_dir={NOTEBOOKS}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")
+    return [*cmd, *extra]
+
+
+def trust(env: dict[str, str]) -> None:
+    """Sign every chapter notebook so Lab runs the scripts of its stored outputs."""
+    notebooks = sorted(str(p) for p in NOTEBOOKS.glob("*.ipynb"))
+    jupyter = str(Path(sys.executable).parent / "jupyter")
+    subprocess.run([jupyter, "trust", *notebooks], env=env, check=True, capture_output=True)
+
+
+def main(argv: list[str]) -> int:
+    env = environment()
+    trust(env)
+    return subprocess.call(command(*argv), env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
