@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "require_bool",
     "require_broadcastable",
     "require_callable",
     "require_instance",
     "require_int",
+    "require_integral",
     "require_nonempty",
     "require_positive_int",
     "require_qkv",
@@ -50,6 +52,52 @@ def require_int(name: str, value: object, *, minimum: int | None = None) -> int:
 def require_positive_int(name: str, value: object) -> int:
     """Return ``value`` as a Python ``int``, or raise unless it is an integer ``>= 1``."""
     return require_int(name, value, minimum=1)
+
+
+# Above 2**53 a float cannot hold every whole number (1e23 is stored as 99999999999999991611392),
+# so a float there may not be the number the reader wrote: ask for an int instead.
+_EXACT_FLOAT_LIMIT = 2**53
+
+
+def require_integral(name: str, value: object, *, minimum: int | None = None) -> int:
+    """Return ``value`` as a Python ``int``, accepting floats that are whole numbers.
+
+    Parameter and token counts are written ``70e9`` or ``1.4e12``; those floats are exact whole
+    numbers and convert exactly (``70e9 -> 70_000_000_000``). A float with a fractional part
+    (``70.5``), a non-finite float, or a float above ``2**53`` (where floats skip integers, so
+    ``1e23`` is not ``10**23``) is rejected with a message naming ``name``. Ints (Python or
+    NumPy) are accepted as in :func:`require_int`; ``bool`` and strings are rejected.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a whole number (an int, or a float such as 70e9), "
+            f"got {value!r} of type {type(value).__name__}"
+        )
+    if not isinstance(value, numbers.Integral):
+        as_float = float(value)
+        if not math.isfinite(as_float):
+            raise ValueError(f"{name} must be a finite whole number, got {value!r}")
+        if int(value) != value:
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if abs(as_float) > _EXACT_FLOAT_LIMIT:
+            raise ValueError(
+                f"{name}={value!r} is a float above 2**53, where floats cannot hold every "
+                f"whole number; pass an int instead (e.g. {name}=10**23)"
+            )
+    return require_int(name, int(value), minimum=minimum)
+
+
+def require_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool`` (Python or NumPy), else raise ``TypeError``.
+
+    Without this check ``gated="no"`` would be truthy and silently count a gated FFN.
+    """
+    if isinstance(value, bool):
+        return value
+    kind = type(value)
+    if kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool"):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r} of type {kind.__name__}")
 
 
 def require_real(name: str, value: object, *, positive: bool = False) -> float:
