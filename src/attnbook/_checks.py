@@ -20,6 +20,7 @@ __all__ = [
     "require_bool",
     "require_broadcastable",
     "require_callable",
+    "require_device",
     "require_instance",
     "require_int",
     "require_integral",
@@ -30,13 +31,18 @@ __all__ = [
     "require_same_shape",
     "require_scalar",
     "require_tensor",
+    "require_values",
+    "tolerance_for",
 ]
 
 DtypeKind = Literal["floating", "integer", "bool"]
 
 
-def require_int(name: str, value: object, *, minimum: int | None = None) -> int:
-    """Return ``value`` as a Python ``int``, or raise if it is not an integer ``>= minimum``.
+def require_int(
+    name: str, value: object, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """Return ``value`` as a Python ``int``, or raise unless it is an integer in
+    ``[minimum, maximum]`` (either bound may be left open).
 
     ``bool`` is rejected even though it subclasses ``int``: ``layers=True`` is a bug, not 1.
     NumPy integers are accepted and converted, so later arithmetic cannot overflow int64.
@@ -46,6 +52,8 @@ def require_int(name: str, value: object, *, minimum: int | None = None) -> int:
     value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -82,7 +90,7 @@ def require_integral(name: str, value: object, *, minimum: int | None = None) ->
         if abs(as_float) > _EXACT_FLOAT_LIMIT:
             raise ValueError(
                 f"{name}={value!r} is a float above 2**53, where floats cannot hold every "
-                f"whole number; pass an int instead (e.g. {name}=10**23)"
+                "whole number; pass an int instead (10**23 rather than 1e23)"
             )
     return require_int(name, int(value), minimum=minimum)
 
@@ -244,3 +252,49 @@ def require_broadcastable(
             f"{name} of shape {tuple(x.shape)} does not broadcast to {target} {tuple(shape)}"
         )
     return x.expand(shape)
+
+
+def require_values(name: str, x: torch.Tensor) -> torch.Tensor:
+    """Return ``x`` unless it is a ``meta`` tensor, which has a shape but no numbers to check."""
+    if x.is_meta:
+        raise ValueError(
+            f"{name} is a meta tensor (shape {tuple(x.shape)}, no values); this function "
+            "inspects values, so pass a tensor on a real device"
+        )
+    return x
+
+
+def require_device(name: str, device: object) -> torch.device | None:
+    """Return ``device`` as a ``torch.device`` (``None`` stays ``None``), or raise naming it."""
+    import torch
+
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(
+            f"{name} must be a torch.device, a string such as 'cpu' or 'cuda', or None, "
+            f"got {device!r} of type {type(device).__name__}"
+        )
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(
+            f"{name}={device!r} is not a device torch knows; use e.g. 'cpu', 'cuda', 'mps'"
+        ) from None
+
+
+# Tolerances written for float32 scale with the dtype's resolution (its machine epsilon) for
+# 16-bit types: a float16 attention row sums to 1 only within ~5e-4, and bfloat16 to ~4e-3.
+_FLOAT32_EPS = 2.0**-23
+
+
+def tolerance_for(atol_float32: float, *dtypes: torch.dtype) -> float:
+    """The float32 tolerance ``atol_float32``, widened for the coarsest of ``dtypes``.
+
+    float32 and float64 keep ``atol_float32``; float16 multiplies it by 8192 and bfloat16 by
+    65536 (the ratio of their machine epsilons to float32's).
+    """
+    import torch
+
+    eps = max((torch.finfo(d).eps for d in dtypes if d.is_floating_point), default=_FLOAT32_EPS)
+    return atol_float32 * max(1.0, eps / _FLOAT32_EPS)

@@ -10,9 +10,29 @@ from typing import Literal, overload
 
 import torch
 
-from attnbook._checks import require_qkv, require_real, require_tensor
+from attnbook._checks import require_bool, require_int, require_qkv, require_real, require_tensor
 
 __all__ = ["attention", "softmax"]
+
+
+def _working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for 16-bit (and narrower) floats, else ``dtype`` itself.
+
+    float16 overflows above 65504, so ``q @ k^T`` of fp16 inputs with entries near 300 is
+    already ``inf``; and a float16 or bfloat16 softmax sums to 1 only roughly. SDPA's kernels
+    accumulate such inputs in float32, and so do the functions here, casting the result back.
+    """
+    return torch.float32 if torch.finfo(dtype).bits < 32 else dtype
+
+
+def _require_dim(dim: object, x: torch.Tensor) -> int:
+    dim = require_int("dim", dim)
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(
+            f"dim={dim} is out of range for scores of shape {tuple(x.shape)}; "
+            f"use a dim in [{-x.dim()}, {x.dim() - 1}]"
+        )
+    return dim
 
 
 def softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -22,16 +42,26 @@ def softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
     row is a query with no allowed key, and the book's convention is that it reads nothing.
 
     Args:
-        scores: floating tensor of any shape; ``-inf`` marks a forbidden entry.
-        dim: the axis to normalise over.
+        scores: floating tensor of rank >= 1; ``-inf`` marks a forbidden entry. float16 and
+            bfloat16 scores are normalised in float32 and the result cast back.
+        dim: the axis to normalise over, an int in ``[-scores.dim(), scores.dim())``.
 
     Returns:
         A tensor shaped like ``scores`` whose slices along ``dim`` sum to 1, or are all 0 when
-        every entry was ``-inf`` (or the axis is empty).
+        every entry was ``-inf`` (or the axis is empty). A slice holding NaN or ``+inf`` gives
+        NaN, as in ``torch.softmax``.
+
+    Raises:
+        TypeError: ``scores`` not a floating tensor, or ``dim`` not an int.
+        ValueError: ``scores`` of rank 0, or ``dim`` out of range.
     """
-    scores = require_tensor("scores", scores, dtype="floating")
+    scores = require_tensor("scores", scores, min_rank=1, dtype="floating", shape_hint="(..., T)")
+    dim = _require_dim(dim, scores)
     if scores.shape[dim] == 0:
-        return torch.zeros_like(scores)
+        return scores * 0  # no entries; multiplying (not zeros_like) keeps autograd's graph
+    work = _working_dtype(scores.dtype)
+    if work != scores.dtype:
+        return softmax(scores.to(work), dim).to(scores.dtype)
     row_max = scores.amax(dim=dim, keepdim=True)
     # Subtracting the row max keeps exp() <= 1, so it cannot overflow. An all -inf row has
     # max -inf, and -inf - (-inf) is NaN: shift such rows by 0 instead, so exp() gives 0.
@@ -87,7 +117,11 @@ def attention(
         mask: optional bool tensor broadcastable to ``(..., Hq, Tq, Tk)``; ``True`` = may
             attend. See :mod:`attnbook.masks` for causal, padding and segment masks.
         scale: multiplier of the scores; defaults to ``1 / sqrt(dk)``.
-        return_weights: also return the attention weights.
+        return_weights: also return the attention weights (a ``bool``).
+
+    float16 and bfloat16 inputs are computed in float32 (as SDPA's kernels accumulate them)
+    and the results cast back, so fp16 scores beyond 65504 do not overflow. Non-finite inputs
+    give NaN where they are read, as in SDPA.
 
     Returns:
         ``out`` of shape ``(..., Hq, Tq, dv)``, or ``(out, weights)`` with weights
@@ -97,7 +131,7 @@ def attention(
 
     Raises:
         TypeError: non-tensor or non-floating ``q``/``k``/``v``, mixed dtypes, a non-bool
-            ``mask`` or a non-real ``scale``.
+            ``mask``, a non-real ``scale`` or a non-bool ``return_weights``.
         ValueError: ranks, batch dims, ``dk``, ``Tk`` or heads that do not fit together, or
             a ``mask`` that does not broadcast to the scores.
 
@@ -106,6 +140,27 @@ def attention(
     q, k, v = require_qkv(q, k, v)
     dk = q.shape[-1]
     scale = 1.0 / math.sqrt(dk) if scale is None else require_real("scale", scale)
+    return_weights = require_bool("return_weights", return_weights)
+    scores_shape = (*q.shape[:-1], k.shape[-2])  # (..., Hq, Tq, Tk)
+    if mask is not None:
+        mask = require_tensor("mask", mask, dtype="bool", shape_hint="(..., Hq, Tq, Tk)")
+        try:
+            fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
+                f"(..., Hq, Tq, Tk) = {scores_shape}"
+            )
+
+    dtype = q.dtype
+    work = _working_dtype(dtype)
+    if work != dtype:  # 16-bit inputs: compute in float32, return in the inputs' dtype
+        q, k, v = q.to(work), k.to(work), v.to(work)
+        out, weights = attention(q, k, v, mask, scale=scale, return_weights=True)
+        out, weights = out.to(dtype), weights.to(dtype)
+        return (out, weights) if return_weights else out
 
     if q.dim() >= 3 and q.shape[-3] != k.shape[-3]:
         # Grouped-query attention: each kv head serves a contiguous group of query heads.
@@ -115,16 +170,6 @@ def attention(
 
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Hq, Tq, Tk)
     if mask is not None:
-        mask = require_tensor("mask", mask, dtype="bool", shape_hint="(..., Hq, Tq, Tk)")
-        try:
-            fits = torch.broadcast_shapes(mask.shape, scores.shape) == scores.shape
-        except RuntimeError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
-                f"(..., Hq, Tq, Tk) = {tuple(scores.shape)}"
-            )
         scores = scores.masked_fill(~mask, float("-inf"))
 
     weights = softmax(scores, dim=-1)  # (..., Hq, Tq, Tk)
