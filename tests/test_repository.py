@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import jupytext
@@ -12,6 +13,11 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import sync_notebooks  # noqa: E402
+from portable import Portable  # noqa: E402
+
+PORTABLE = Portable()
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
@@ -43,7 +49,7 @@ def test_pyproject_names_the_same_repository():
 def test_ipynb_is_in_sync_with_its_markdown_source(md):
     ipynb = md.with_suffix(".ipynb")
     assert ipynb.exists(), f"{ipynb.name} is missing: run `make sync`"
-    source = jupytext.read(md)
+    source = sync_notebooks.notebook(md, PORTABLE)  # what `make sync` writes before executing
     stored = json.loads(ipynb.read_text())
     pairs = list(zip(source.cells, stored["cells"], strict=False))
     assert len(source.cells) == len(stored["cells"]), f"{md.name}: cell count differs"
