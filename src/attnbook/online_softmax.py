@@ -19,7 +19,14 @@ from typing import NamedTuple
 
 import torch
 
-from attnbook._checks import require_positive_int, require_qkv, require_real, require_tensor
+from attnbook._checks import (
+    require_bool,
+    require_positive_int,
+    require_qkv,
+    require_real,
+    require_tensor,
+)
+from attnbook.attention import _working_dtype
 from attnbook.masks import causal_mask
 
 __all__ = ["SoftmaxState", "block_state", "finalize", "merge", "tiled_attention"]
@@ -79,6 +86,13 @@ def block_state(scores: torch.Tensor, values: torch.Tensor) -> SoftmaxState:
 def _require_state(name: str, state: object) -> SoftmaxState:
     if not isinstance(state, SoftmaxState):
         raise TypeError(f"{name} must be a SoftmaxState, got {type(state).__name__}")
+    for field, x in zip(SoftmaxState._fields, state, strict=True):
+        require_tensor(f"{name}.{field}", x, dtype="floating")
+    if not state.m.dtype == state.l.dtype == state.u.dtype:
+        raise TypeError(
+            f"{name}'s fields must share a dtype, got m {state.m.dtype}, l {state.l.dtype}, "
+            f"u {state.u.dtype}"
+        )
     m_shape, l_shape, u_shape = (tuple(x.shape) for x in state)
     if l_shape != m_shape or u_shape[:-1] != m_shape:
         raise ValueError(
@@ -101,6 +115,8 @@ def merge(a: SoftmaxState, b: SoftmaxState) -> SoftmaxState:
         The merged :class:`SoftmaxState`, same shapes.
     """
     a, b = _require_state("a", a), _require_state("b", b)
+    if a.m.dtype != b.m.dtype:
+        raise TypeError(f"a and b must share a dtype, got {a.m.dtype} and {b.m.dtype}")
     if a.m.shape != b.m.shape or a.u.shape != b.u.shape:
         raise ValueError(
             f"cannot merge states of different shapes: a.u {tuple(a.u.shape)}, "
@@ -149,29 +165,48 @@ def tiled_attention(
         q: queries ``(..., H, Tq, dk)``.
         k: keys ``(..., H, Tk, dk)`` (same number of heads as ``q``).
         v: values ``(..., H, Tk, dv)``.
-        block_size: keys per block; need not divide ``Tk`` (the last block is shorter).
-        causal: apply :func:`attnbook.masks.causal_mask` with its default offset, so when
-            ``Tq != Tk`` the queries are the newest ``Tq`` positions.
+        block_size: keys per block, an int >= 1; need not divide ``Tk`` (the last block is
+            shorter).
+        causal: a ``bool``: apply :func:`attnbook.masks.causal_mask` with its default offset,
+            so when ``Tq != Tk`` the queries are the newest ``Tq`` positions.
         scale: multiplier of the scores; defaults to ``1 / sqrt(dk)``.
 
+    float16 and bfloat16 inputs are computed in float32 and the output cast back, as in
+    :func:`attnbook.attention.attention`.
+
     Returns:
-        ``(..., H, Tq, dv)``; a query with no allowed key gets a zero row.
+        ``(..., H, Tq, dv)``; a query with no allowed key gets a zero row (and with ``Tk == 0``
+        every row is zero, with zero gradients, as in SDPA).
+
+    Raises:
+        TypeError, ValueError: as :func:`attnbook.attention.attention` for ``q, k, v`` and
+            ``scale`` (here the head counts must be equal); a non-int ``block_size`` or a
+            non-bool ``causal``.
     """
     q, k, v = require_qkv(q, k, v, allow_gqa=False)
     block_size = require_positive_int("block_size", block_size)
+    causal = require_bool("causal", causal)
     t_q, t_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else require_real("scale", scale)
+    dtype, work = q.dtype, _working_dtype(q.dtype)
+    if work != dtype:  # 16-bit inputs: accumulate in float32, return in the inputs' dtype
+        out = tiled_attention(
+            q.to(work), k.to(work), v.to(work), block_size=block_size, causal=causal, scale=scale
+        )
+        return out.to(dtype)
 
     state = SoftmaxState(  # the empty set of keys, which merge treats as the identity
         m=q.new_full(q.shape[:-1], _NEG_INF),  # (..., H, Tq)
         l=q.new_zeros(q.shape[:-1]),  # (..., H, Tq)
         u=q.new_zeros((*q.shape[:-1], v.shape[-1])),  # (..., H, Tq, dv)
     )
-    for start in range(0, t_k, block_size):
+    # With Tk == 0 one empty block still runs, so the output stays attached to q, k and v
+    # (autograd then gives zero gradients, as SDPA does, instead of none at all).
+    for start in range(0, max(t_k, 1), block_size):
         k_blk = k[..., start : start + block_size, :]  # (..., H, Tb, dk)
         v_blk = v[..., start : start + block_size, :]  # (..., H, Tb, dv)
         scores = (q @ k_blk.transpose(-2, -1)) * scale  # (..., H, Tq, Tb)
-        if causal and t_q > 0:  # with no queries there is nothing to mask
+        if causal and t_q > 0 and t_k > 0:  # with no queries or no keys nothing is masked
             # Key j of this block sits at absolute position start + j, query i at t_k - t_q + i.
             allowed = causal_mask(t_q, k_blk.shape[-2], offset=t_k - t_q - start, device=q.device)
             scores = scores.masked_fill(~allowed, _NEG_INF)
