@@ -265,21 +265,27 @@ def require_values(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def require_device(name: str, device: object) -> torch.device | None:
-    """Return ``device`` as a ``torch.device`` (``None`` stays ``None``), or raise naming it."""
+    """Return ``device`` as a ``torch.device`` (``None`` stays ``None``), or raise naming it.
+
+    Accepts what torch accepts: a ``torch.device``, a string (``"cpu"``, ``"cuda:1"``) or an
+    accelerator index (``0``).
+    """
     import torch
 
-    if device is None or isinstance(device, torch.device):
+    if device is None:
         return device
-    if not isinstance(device, str):
+    if isinstance(device, bool) or not isinstance(device, (torch.device, str, numbers.Integral)):
         raise TypeError(
-            f"{name} must be a torch.device, a string such as 'cpu' or 'cuda', or None, "
-            f"got {device!r} of type {type(device).__name__}"
+            f"{name} must be a torch.device, a string such as 'cpu' or 'cuda', an index, or "
+            f"None, got {device!r} of type {type(device).__name__}"
         )
     try:
-        return torch.device(device)
-    except RuntimeError:
+        parsed = torch.device(int(device) if isinstance(device, numbers.Integral) else device)
+        torch.empty(0, device=parsed)  # an unavailable device (no CUDA build, say) fails here
+        return parsed
+    except (RuntimeError, AssertionError) as error:
         raise ValueError(
-            f"{name}={device!r} is not a device torch knows; use e.g. 'cpu', 'cuda', 'mps'"
+            f"{name}={device!r} is not a usable device ({error}); use e.g. 'cpu' or 'cuda'"
         ) from None
 
 

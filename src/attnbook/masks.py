@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from attnbook._checks import require_int, require_positive_int, require_tensor
+from attnbook._checks import require_device, require_int, require_positive_int, require_tensor
 
 __all__ = ["causal_mask", "padding_mask", "segment_mask", "sliding_window_mask"]
 
@@ -27,6 +27,7 @@ def _query_key_positions(
     t_q = require_positive_int("t_q", t_q)
     t_k = t_q if t_k is None else require_positive_int("t_k", t_k)
     offset = t_k - t_q if offset is None else require_int("offset", offset)
+    device = require_device("device", device)
     query_pos = torch.arange(t_q, device=device).unsqueeze(-1) + offset  # (t_q, 1)
     key_pos = torch.arange(t_k, device=device).unsqueeze(0)  # (1, t_k)
     return query_pos, key_pos
@@ -47,7 +48,8 @@ def causal_mask(
         offset: absolute position of query 0; defaults to ``t_k - t_q``. With
             ``t_q > t_k`` the default is negative and the first queries see no key at all
             (their rows are all ``False``; :func:`attnbook.attention.attention` returns zeros).
-        device: where to build the mask.
+        device: where to build the mask: a ``torch.device``, a string such as ``"cuda"``, or
+            None for the default device.
 
     Returns:
         Bool tensor ``(Tq, Tk)``: entry ``[i, j]`` is ``j <= offset + i``.
@@ -96,6 +98,7 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], t: int) -> torch.Tensor:
         Bool tensor ``(B, 1, 1, T)`` on the device of ``lengths``: entry ``[b, 0, 0, j]`` is
         ``j < lengths[b]``. It broadcasts over heads and queries, so padded *keys* are hidden;
         outputs at padded *query* positions are still computed and should be ignored.
+        ``lengths`` on the ``meta`` device (shapes only) gives a meta mask, unchecked.
     """
     t = require_positive_int("t", t)
     if not isinstance(lengths, torch.Tensor):
@@ -106,7 +109,7 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], t: int) -> torch.Tensor:
     lengths = require_tensor("lengths", lengths, rank=1, dtype="integer", shape_hint="(B,)")
     if lengths.numel() == 0:
         raise ValueError("lengths is empty; need one length per sequence (B >= 1)")
-    if bool(((lengths < 0) | (lengths > t)).any()):
+    if not lengths.is_meta and bool(((lengths < 0) | (lengths > t)).any()):
         raise ValueError(f"lengths must lie in [0, t={t}], got {lengths.tolist()}")
     key_pos = torch.arange(t, device=lengths.device)  # (T,)
     valid = key_pos < lengths.unsqueeze(-1)  # (B, T)
