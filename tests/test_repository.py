@@ -21,6 +21,7 @@ PORTABLE = Portable()
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
+VERSION = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
 
 
 def _ids(paths):
@@ -36,8 +37,12 @@ def test_setup_cell_installs_from_the_configured_repository(md):
     nb = jupytext.read(md)
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert "import attnbook" in first_code.source
+    # Colab installs the package from the release the site is built from (the workflow
+    # publishes only tags v<version>), never from a moving branch.
     urls = re.findall(r"git\+(https://\S+?)[\"'\s]", first_code.source)
-    assert urls == [REPO_URL], f"{md.name}: setup cell installs from {urls}, not {REPO_URL}"
+    assert urls == [f"{REPO_URL}@v{VERSION}"], (
+        f"{md.name}: setup cell installs from {urls}, not {REPO_URL}@v{VERSION}"
+    )
     assert "attnbook.setup(" in first_code.source, "the setup cell must fix seeds and threads"
 
 

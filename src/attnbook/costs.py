@@ -5,13 +5,22 @@ as 2 FLOPs, as in ``torch.utils.flop_counter.FlopCounterMode``, so a ``(n, a) @ 
 matmul costs ``2 * n * a * b``. Only matmuls are counted: softmax, norms and activations are
 cheap by comparison. Parameter counts leave out biases, norms and embeddings.
 
-All sizes must be positive Python ints (``bool`` and floats are rejected; convert a float
-such as ``70e9`` with ``int(...)``), and every result is an exact ``int``.
+Sizes are positive whole numbers, written as ints or as floats that are whole numbers, the
+way parameter and token counts are usually written (``70e9``, ``1.4e12``); such floats
+convert exactly. A fractional float (``70.5``), a float above ``2**53`` (where floats skip
+integers: pass ``10**23``, not ``1e23``), a ``bool`` or a string is rejected with a message
+naming the argument, and every result is an exact ``int``.
 """
 
 from __future__ import annotations
 
-from attnbook._checks import require_positive_int
+from attnbook._checks import require_bool, require_integral
+
+
+def require_positive_int(name: str, value: object) -> int:
+    """A size: an int, or a whole-number float such as ``70e9``, that is ``>= 1``."""
+    return require_integral(name, value, minimum=1)
+
 
 __all__ = [
     "attention_flops",
@@ -109,13 +118,15 @@ def ffn_flops(n: int, d: int, hidden: int | None = None, *, gated: bool = False)
         n: tokens.
         d: model width.
         hidden: FFN width; defaults to ``4 * d``, or to ``swiglu_hidden(d)`` when gated.
-        gated: a SwiGLU-style FFN with three matrices (gate, up, down) instead of two.
+        gated: a ``bool``: a SwiGLU-style FFN with three matrices (gate, up, down) instead
+            of two.
 
     Returns:
         ``2 * (3 if gated else 2) * n * d * hidden``.
     """
     n = require_positive_int("n", n)
     d = require_positive_int("d", d)
+    gated = require_bool("gated", gated)
     hidden = _ffn_width(d, hidden, gated)
     return 2 * (3 if gated else 2) * n * d * hidden
 
@@ -132,6 +143,7 @@ def block_params(d: int, *, hidden: int | None = None, gated: bool = False) -> i
         FFN). Biases and norms are left out; they add ``O(d)`` per block.
     """
     d = require_positive_int("d", d)
+    gated = require_bool("gated", gated)
     hidden = _ffn_width(d, hidden, gated)
     return 4 * d * d + (3 if gated else 2) * d * hidden
 

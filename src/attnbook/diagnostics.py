@@ -4,8 +4,11 @@ Labels shifted once, padding out of the loss, packed documents isolated, attenti
 sum to one, causality, and a KV cache that reproduces the full pass. Every ``check_*``
 function returns a :class:`Check`; it never raises for a failed contract (a diagnosis should
 report, not crash), only for arguments it cannot use. The checks are interventions: change
-what must not matter, and measure whether it mattered. Runtime health lives in
-:mod:`attnbook.training_health`.
+what must not matter, and measure whether it mattered. A NaN or infinite value where a check
+measures is a FAIL, never a PASS: ``NaN > atol`` is False, so each check tests finiteness
+explicitly. Default tolerances are for float32 (and float64) and widen with the resolution of
+16-bit dtypes (see :func:`attnbook._checks.tolerance_for`). Meta tensors are rejected: they
+have no values to check. Runtime health lives in :mod:`attnbook.training_health`.
 
 Extra shape names: ``V`` vocabulary size; ``...`` any trailing feature dims.
 """
@@ -27,7 +30,10 @@ from attnbook._checks import (
     require_same_shape,
     require_scalar,
     require_tensor,
+    require_values,
+    tolerance_for,
 )
+from attnbook.attention import _working_dtype
 
 __all__ = [
     "Check",
@@ -61,6 +67,10 @@ def check_label_shift(inputs: torch.Tensor, labels: torch.Tensor, *, ignore: int
         inputs, labels: integer ids ``(B, T)``; ``labels[b, t]`` should equal ``inputs[b, t + 1]``
             wherever it is not ``ignore`` (the last label is the token after the window, so it
             cannot be compared).
+
+    Raises:
+        ValueError: besides shapes, when every comparable label (``labels[:, :-1]``) is
+            ``ignore``: there is nothing to check.
     """
     inputs = require_tensor("inputs", inputs, rank=2, dtype="integer", shape_hint="(B, T)")
     labels = require_tensor("labels", labels, rank=2, dtype="integer", shape_hint="(B, T)")
@@ -68,7 +78,14 @@ def check_label_shift(inputs: torch.Tensor, labels: torch.Tensor, *, ignore: int
     require_same_shape("inputs", inputs, "labels", labels)
     if inputs.shape[0] < 1 or inputs.shape[1] < 2:
         raise ValueError(f"inputs must have B >= 1 and T >= 2, got shape {tuple(inputs.shape)}")
+    require_values("inputs", inputs)
+    require_values("labels", labels)
     known = labels[:, :-1] != ignore  # (B, T - 1)
+    if not known.any():
+        raise ValueError(
+            f"labels {tuple(labels.shape)} are all ignore={ignore} before the last position; "
+            "there is no label to compare with the next input"
+        )
     next_ok = (labels[:, :-1] == inputs[:, 1:])[known].float().mean().item()
     same = (labels == inputs)[labels != ignore].float().mean().item()
     detail = f"labels match the next input at {next_ok:.0%}, the same input at {same:.0%}"
@@ -102,17 +119,26 @@ def check_loss_masking(
     vocab = require_int("vocab", vocab, minimum=1)
     atol = require_real("atol", atol, positive=True)
     require_same_shape("labels", labels, "valid", valid)
+    require_values("labels", labels)
+    require_values("valid", valid)
     if not valid.any():
         raise ValueError(f"valid of shape {tuple(valid.shape)} has no True entry to train on")
+    trained = labels[valid.to(labels.device)]
+    if bool(((trained < 0) | (trained >= vocab)).any()):
+        raise ValueError(
+            f"labels where valid is True must lie in [0, vocab={vocab}), got ids from "
+            f"{trained.min().item()} to {trained.max().item()}"
+        )
 
     def loss(logits: torch.Tensor) -> float:
         return require_scalar("loss_fn(logits, labels)", loss_fn(logits, labels)).item()
 
     gen = torch.Generator().manual_seed(0)
-    uniform = loss(torch.zeros(*valid.shape, vocab))
+    uniform = loss(torch.zeros(*valid.shape, vocab).to(labels.device))
     logits = torch.randn(*valid.shape, vocab, generator=gen)  # (B, T, V)
-    noisy = logits + 10 * torch.randn(logits.shape, generator=gen) * (~valid)[..., None]
-    moved = abs(loss(noisy) - loss(logits))
+    noisy = logits + 10 * torch.randn(logits.shape, generator=gen) * (~valid.cpu())[..., None]
+    moved = abs(loss(noisy.to(labels.device)) - loss(logits.to(labels.device)))
+    # Written so that a NaN loss fails: NaN <= atol is False.
     ok = abs(uniform - math.log(vocab)) <= atol and moved <= atol
     detail = (
         f"uniform-logit loss {uniform:.4f} (log V = {math.log(vocab):.4f}); "
@@ -121,79 +147,132 @@ def check_loss_masking(
     return Check("padding out of the loss", ok, detail)
 
 
-def _effect(fn: Fn, x: torch.Tensor, edit: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Largest output change ``(B, T)`` when the inputs at ``edit`` (bool ``(B, T)``) change."""
-    noise = torch.randn(x.shape, generator=gen) * edit[..., None]
+def _outputs(fn: Fn, x: torch.Tensor) -> torch.Tensor:
+    """``fn(x)`` without gradients, checked to be a ``(B, T, ...)`` tensor."""
     with torch.no_grad():
         out = fn(x)
-        if not isinstance(out, torch.Tensor) or out.shape[:2] != x.shape[:2]:
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise ValueError(f"fn(x) must return (B, T, ...) = {tuple(x.shape[:2])}, got {got}")
-        delta = (fn(x + noise) - out).abs()  # (B, T, ...)
+    if not isinstance(out, torch.Tensor) or out.dim() < 2 or out.shape[:2] != x.shape[:2]:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"fn(x) must return (B, T, ...) = {tuple(x.shape[:2])}, got {got}")
+    return out
+
+
+def _non_finite(out: torch.Tensor) -> str | None:
+    """``None`` if every output is finite, else a sentence naming the first bad position."""
+    if not out.is_floating_point() and not out.is_complex():
+        return None
+    bad = ~torch.isfinite(out).flatten(2).all(-1)  # (B, T)
+    if not bad.any():
+        return None
+    position = int(bad.any(0).nonzero()[0])
+    return (
+        f"fn(x) is not finite (NaN or inf first at position {position}), so no edit can be measured"
+    )
+
+
+def _effect(
+    fn: Fn, x: torch.Tensor, out: torch.Tensor, edit: torch.Tensor, gen: torch.Generator
+) -> torch.Tensor:
+    """Largest output change ``(B, T)`` when the inputs at ``edit`` (bool ``(B, T)``) change.
+
+    A change to NaN or inf counts as an infinite move, so it can never pass as "no effect".
+    """
+    noise = torch.randn(x.shape, generator=gen).to(device=x.device, dtype=x.dtype)
+    noise = noise * edit.to(x.device)[..., None]
+    moved = _outputs(fn, x + noise)
+    delta = (moved - out).abs().nan_to_num(nan=math.inf)  # (B, T, ...)
     return delta.flatten(2).amax(-1)  # (B, T)
 
 
-def _require_input(fn: object, x: object, atol: object, seed: object) -> torch.Tensor:
-    """The arguments shared by the perturbation checks; returns ``x``."""
+def _require_input(fn: object, x: object, atol: object, seed: object) -> tuple[torch.Tensor, float]:
+    """The arguments shared by the perturbation checks; returns ``x`` and the tolerance."""
     require_callable("fn", fn)
     x = require_tensor("x", x, rank=3, dtype="floating", shape_hint="(B, T, d)")
     require_nonempty("x", x, "B, T, d")
-    require_real("atol", atol, positive=True)
+    require_values("x", x)
+    atol = (
+        tolerance_for(1e-6, x.dtype) if atol is None else require_real("atol", atol, positive=True)
+    )
     require_int("seed", seed, minimum=0)
-    return x
+    return x, atol
 
 
-def check_causality(fn: Fn, x: torch.Tensor, *, atol: float = 1e-6, seed: int = 0) -> Check:
+def check_causality(fn: Fn, x: torch.Tensor, *, atol: float | None = None, seed: int = 0) -> Check:
     """Perturb every future position in turn; outputs up to ``t`` must not move.
 
     Args:
         fn: the layer or model, ``(B, T, d) -> (B, T, ...)``.
         x: a floating input ``(B, T, d)`` (embeddings, so it can be perturbed smoothly), ``T >= 2``.
-        atol: how far (> 0) an earlier output may move before it counts as a leak.
+            The perturbation has ``x``'s dtype and device, so a float16 model gets float16 input.
+        atol: how far (> 0) an earlier output may move before it counts as a leak; defaults to
+            ``1e-6`` for float32/float64 ``x``, widened for 16-bit dtypes.
+        seed: seeds the perturbations.
+
+    Returns:
+        A FAIL if any earlier output moves by more than ``atol``, changes to NaN or inf, or if
+        ``fn(x)`` itself is not finite (a NaN output cannot show that it did not move).
     """
-    x = _require_input(fn, x, atol, seed)
+    x, atol = _require_input(fn, x, atol, seed)
     if x.shape[1] < 2:
         raise ValueError(f"x needs T >= 2 positions to have a future, got shape {tuple(x.shape)}")
+    name = "causality under future edits"
+    out = _outputs(fn, x)
+    if (why := _non_finite(out)) is not None:
+        return Check(name, False, why)
     gen, t_len = torch.Generator().manual_seed(seed), x.shape[1]
     leaks = []  # leaks[t]: how far output t moves when every position after t changes
     for t in range(t_len - 1):
         future = (torch.arange(t_len) > t).expand(x.shape[0], t_len)  # (B, T)
-        leaks.append(_effect(fn, x, future, gen)[:, t].max().item())
-    bad = [t for t, leak in enumerate(leaks) if leak > atol]
+        leaks.append(_effect(fn, x, out, future, gen)[:, t].max().item())
+    bad = [t for t, leak in enumerate(leaks) if not leak <= atol]
     detail = f"max move of an earlier output {max(leaks, default=0.0):.3g}; " + (
         f"first leak: output {bad[0]} sees positions > {bad[0]}" if bad else "no leak"
     )
-    return Check("causality under future edits", not bad, detail)
+    return Check(name, not bad, detail)
 
 
 def check_isolation(
-    fn: Fn, x: torch.Tensor, segment_ids: torch.Tensor, *, atol: float = 1e-6, seed: int = 0
+    fn: Fn, x: torch.Tensor, segment_ids: torch.Tensor, *, atol: float | None = None, seed: int = 0
 ) -> Check:
     """Packed documents: editing the other documents must not move a document's outputs.
 
     Args:
-        fn, x: as in :func:`check_causality`.
+        fn, x, atol, seed: as in :func:`check_causality` (non-finite outputs FAIL likewise).
         segment_ids: integer ``(B, T)``; equal ids form one document.
     """
-    x = _require_input(fn, x, atol, seed)
+    x, atol = _require_input(fn, x, atol, seed)
     ids = require_tensor("segment_ids", segment_ids, rank=2, dtype="integer", shape_hint="(B, T)")
     require_same_shape("segment_ids", ids, "x's (B, T)", x[..., 0])
+    require_values("segment_ids", ids)
+    name = "packed documents isolated"
+    out = _outputs(fn, x)
+    if (why := _non_finite(out)) is not None:
+        return Check(name, False, why)
     gen, worst = torch.Generator().manual_seed(seed), 0.0
     for s in ids.unique().tolist():
-        inside = ids == s  # (B, T)
-        worst = max(worst, _effect(fn, x, ~inside, gen)[inside].max().item())
+        inside = (ids == s).to(x.device)  # (B, T)
+        worst = max(worst, _effect(fn, x, out, ~inside, gen)[inside].max().item())
     detail = f"editing other documents moves a document's outputs by up to {worst:.3g}"
-    return Check("packed documents isolated", worst <= atol, detail)
+    return Check(name, worst <= atol, detail)
 
 
 def check_attention_rows(
-    weights: torch.Tensor, allowed: torch.Tensor, *, atol: float = 1e-6
+    weights: torch.Tensor, allowed: torch.Tensor, *, atol: float | None = None
 ) -> Check:
     """Rows with an allowed key sum to 1; forbidden entries are exactly 0.
 
+    A row with no allowed key is not a failure: it must be all zeros (the book's convention,
+    see :func:`attnbook.attention.attention`), which the forbidden-weight test covers.
+
     Args:
         weights: ``(..., Tq, Tk)``; allowed: bool, broadcastable to it (True = may attend).
-        atol: tolerance (> 0) on each row sum; forbidden weights must be exactly 0.
+        atol: tolerance (> 0) on each row sum; forbidden weights must be exactly 0. Defaults
+            to ``1e-6`` for float32/float64 weights and widens for 16-bit ones (a correct
+            float16 row sums to 1 only within about ``5e-4``; the default there is ``8.2e-3``).
+
+    Returns:
+        A FAIL if a row sum is off by more than ``atol``, a forbidden weight is not 0, or any
+        weight is NaN or infinite.
     """
     weights = require_tensor(
         "weights", weights, min_rank=2, dtype="floating", shape_hint="(..., Tq, Tk)"
@@ -201,22 +280,55 @@ def check_attention_rows(
     require_nonempty("weights", weights, "Tq, Tk")
     allowed = require_tensor("allowed", allowed, dtype="bool")
     allowed = require_broadcastable("allowed", allowed, "weights", tuple(weights.shape))
-    atol = require_real("atol", atol, positive=True)
+    require_values("weights", weights)
+    require_values("allowed", allowed)
+    atol = (
+        tolerance_for(1e-6, weights.dtype)
+        if atol is None
+        else require_real("atol", atol, positive=True)
+    )
+    sums = weights.to(_working_dtype(weights.dtype)).sum(-1)  # (..., Tq); 16-bit summed in fp32
     live = allowed.any(-1)  # (..., Tq)
-    row_error = (weights.sum(-1) - 1).abs()[live].max().item() if live.any() else 0.0
+    row_error = (sums - 1).abs()[live].max().item() if live.any() else 0.0
     leaked = weights.masked_fill(allowed, 0).abs().max().item()
+    bad_values = int((~torch.isfinite(weights)).sum())
     detail = f"max |row sum - 1| = {row_error:.2g}, max forbidden weight = {leaked:.2g}"
-    return Check("attention rows", row_error <= atol and leaked == 0, detail)
+    if bad_values:
+        detail += f"; {bad_values} weights are NaN or inf"
+    ok = row_error <= atol and leaked == 0 and not bad_values
+    return Check("attention rows", ok, detail)
 
 
-def check_cache(full: torch.Tensor, cached: torch.Tensor, *, atol: float = 1e-5) -> Check:
-    """Cached decoding must reproduce full-sequence logits ``(B, T, V)`` at identical positions."""
+def check_cache(full: torch.Tensor, cached: torch.Tensor, *, atol: float | None = None) -> Check:
+    """Cached decoding must reproduce full-sequence logits ``(B, T, V)`` at identical positions.
+
+    Args:
+        full, cached: floating logits ``(B, T, V)`` of the full pass and of cached decoding.
+        atol: largest allowed ``|full - cached|`` (> 0); defaults to ``1e-5`` for float32 and
+            float64 logits and widens for 16-bit ones (``0.08`` for float16).
+
+    Returns:
+        A FAIL naming the first position where the gap exceeds ``atol`` or where either side
+        holds NaN or inf (a NaN never agrees, not even with another NaN).
+    """
     full = require_tensor("full", full, rank=3, dtype="floating", shape_hint="(B, T, V)")
     cached = require_tensor("cached", cached, rank=3, dtype="floating", shape_hint="(B, T, V)")
     require_same_shape("full", full, "cached", cached)
     require_nonempty("full", full, "B, T, V")
-    atol = require_real("atol", atol, positive=True)
-    gap = (full - cached).abs().flatten(2).amax(-1).amax(0)  # (T,)
+    require_values("full", full)
+    require_values("cached", cached)
+    atol = (
+        tolerance_for(1e-5, full.dtype, cached.dtype)
+        if atol is None
+        else require_real("atol", atol, positive=True)
+    )
+    finite = torch.isfinite(full) & torch.isfinite(cached)  # (B, T, V)
+    gap = (full - cached).abs().masked_fill(~finite, math.inf)  # (B, T, V)
+    gap = gap.flatten(2).amax(-1).amax(0)  # (T,)
     bad = (gap > atol).nonzero().flatten().tolist()
     first = f"first divergence at position {bad[0]}" if bad else "no divergence"
-    return Check("cached = full logits", not bad, f"max gap {gap.max().item():.2g}; {first}")
+    detail = f"max gap {gap.max().item():.2g}; {first}"
+    if not finite.all():
+        counts = [int((~torch.isfinite(z)).sum()) for z in (full, cached)]
+        detail += f" (NaN or inf: {counts[0]} in full, {counts[1]} in cached)"
+    return Check("cached = full logits", not bad, detail)

@@ -96,8 +96,8 @@ def apply_rope(
     if layout not in ("half", "interleaved"):
         raise ValueError(f"layout must be 'half' or 'interleaved', got {layout!r}")
     d = x.shape[-1]
-    if d % 2:
-        raise ValueError(f"x must have an even feature width d, got shape {tuple(x.shape)}")
+    if d % 2 or d == 0:
+        raise ValueError(f"x must have an even feature width d >= 2, got shape {tuple(x.shape)}")
     try:
         fits = torch.broadcast_shapes(positions.shape, x.shape[:-1]) == x.shape[:-1]
     except RuntimeError:
