@@ -11,6 +11,7 @@ Extra shape names: ``N`` examples, ``R`` context records (so ``T = R + 1``), ``V
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +23,7 @@ from attnbook._checks import (
     require_real,
     require_same_shape,
     require_tensor,
+    require_values,
 )
 
 __all__ = ["RetrievalConfig", "RetrievalData", "make_data"]
@@ -50,7 +52,8 @@ class RetrievalConfig:
         sizes = ("keys", "values", "records", "train_size", "test_size", "width", "heads", "ffn")
         for name in (*sizes, "steps", "batch"):
             require_int(name, getattr(self, name), minimum=1)
-        require_int("seed", self.seed, minimum=0)
+        # train() seeds torch with seed and seed + 1, and torch seeds must fit in an int64.
+        require_int("seed", self.seed, minimum=0, maximum=2**63 - 2)
         require_real("lr", self.lr, positive=True)
         require_real("clip", self.clip, positive=True)
         if require_real("weight_decay", self.weight_decay) < 0:
@@ -65,7 +68,13 @@ class RetrievalConfig:
 
 @dataclass
 class RetrievalData:
-    """A set of sequences; row ``n`` is one example."""
+    """A set of sequences; row ``n`` is one example.
+
+    Checked on construction: ids are non-negative, each row has at least one context record
+    (``T >= 2``), ``evidence`` points at a context record (``0 <= evidence < T - 1``) whose key
+    is the query key, and ``answers`` is the value stored there. Upper bounds on the ids depend
+    on the vocabulary, so :class:`~attnbook.retrieval_model.TinyRetriever` checks those.
+    """
 
     keys: torch.Tensor  # (N, R + 1) key ids; the last column is the query key
     values: torch.Tensor  # (N, R + 1) value ids; the last column is MASK
@@ -88,6 +97,38 @@ class RetrievalData:
                 raise ValueError(
                     f"{name} has shape {tuple(x.shape)} but keys has N={len(self.keys)}"
                 )
+        for name in ("keys", "values", "answers", "evidence"):
+            x = require_values(name, getattr(self, name))
+            if bool((x < 0).any()):
+                raise ValueError(f"{name} must be >= 0, got a minimum of {x.min().item()}")
+        n, t = self.keys.shape
+        if t < 2:
+            raise ValueError(
+                f"keys must have T >= 2 (context records, then the query), got shape {(n, t)}"
+            )
+        outside = self.evidence >= t - 1
+        if bool(outside.any()):
+            row = int(outside.nonzero()[0])
+            raise ValueError(
+                f"evidence must lie in [0, R={t - 1}) (a context record, not the query), "
+                f"got evidence[{row}] = {self.evidence[row].item()}"
+            )
+        rows = torch.arange(n, device=self.keys.device)
+        mismatch = self.keys[rows, self.evidence] != self.keys[:, -1]
+        if bool(mismatch.any()):
+            row = int(mismatch.nonzero()[0])
+            raise ValueError(
+                f"evidence[{row}] = {self.evidence[row].item()} points at key "
+                f"{self.keys[row, self.evidence[row]].item()}, not at the query key "
+                f"{self.keys[row, -1].item()}"
+            )
+        wrong = self.values[rows, self.evidence] != self.answers
+        if bool(wrong.any()):
+            row = int(wrong.nonzero()[0])
+            raise ValueError(
+                f"answers[{row}] = {self.answers[row].item()} but the evidence record holds "
+                f"value {self.values[row, self.evidence[row]].item()}"
+            )
 
     def __len__(self) -> int:
         return len(self.answers)
@@ -128,6 +169,17 @@ def make_data(
     if evidence is not None and not 0 <= require_int("evidence", evidence) < r:
         raise ValueError(f"evidence must lie in [0, records={r}), got {evidence}")
     taken = set() if exclude is None else exclude
+    # Fail now, not after a million draws, when fewer distinct sequences exist than requested.
+    space = math.perm(config.keys, r) * config.values**r * (r if evidence is None else 1)
+    available = space - sum(_drawable(sig, config, r, evidence) for sig in taken)
+    if count > available:
+        raise ValueError(
+            f"count={count} exceeds the {available} distinct sequences that keys={config.keys}, "
+            f"values={config.values}, records={r}"
+            + ("" if evidence is None else f", evidence={evidence}")
+            + ("" if not taken else " and exclude")
+            + " allow"
+        )
     rows, seen = [], set()
     for _ in range(1000 * count):  # far more attempts than needed unless the space is tiny
         if len(rows) == count:
@@ -148,3 +200,16 @@ def make_data(
     return RetrievalData(
         torch.tensor(keys_t), torch.tensor(vals_t), torch.tensor(ans), torch.tensor(ev), seen
     )
+
+
+def _drawable(sig: object, config: RetrievalConfig, r: int, evidence: int | None) -> bool:
+    """Whether ``make_data`` could draw the signature ``sig`` (so excluding it costs a draw)."""
+    if not isinstance(sig, tuple) or len(sig) != 2 * (r + 1):
+        return False
+    keys, vals = sig[: r + 1], sig[r + 1 :]
+    if len(set(keys[:r])) != r or not all(0 <= k < config.keys for k in keys[:r]):
+        return False
+    if vals[r] != config.values or not all(0 <= v < config.values for v in vals[:r]):
+        return False
+    picks = [i for i in range(r) if keys[i] == keys[r]]
+    return bool(picks) and (evidence is None or picks == [evidence])

@@ -103,6 +103,14 @@ class TinyRetriever(nn.Module):
 def _require_model_and_data(model: object, data: object) -> None:
     require_instance("model", model, TinyRetriever)
     require_instance("data", data, RetrievalData)
+    _require_answers(data, model.head.out_features)
+
+
+def _require_answers(data: RetrievalData, vocab: int) -> None:
+    """``data.answers`` must be value ids the model can predict, ``[0, V)`` (not MASK)."""
+    high = data.answers.max().item()
+    if high >= vocab:
+        raise ValueError(f"data.answers must lie in [0, V={vocab}), got an answer of {high}")
 
 
 def final_logits(model: TinyRetriever, data: RetrievalData, **kwargs) -> torch.Tensor:
@@ -113,6 +121,7 @@ def final_logits(model: TinyRetriever, data: RetrievalData, **kwargs) -> torch.T
 
 def score(model: TinyRetriever, data: RetrievalData, **kwargs) -> tuple[float, float]:
     """``(mean cross-entropy, accuracy)`` at the query position, without gradients."""
+    _require_model_and_data(model, data)
     with torch.no_grad():
         logits = final_logits(model, data, **kwargs)
         loss = nn.functional.cross_entropy(logits, data.answers).item()
@@ -153,6 +162,9 @@ def train(config: RetrievalConfig, data: RetrievalData) -> tuple[TinyRetriever, 
     """
     require_instance("config", config, RetrievalConfig)
     require_instance("data", data, RetrievalData)
+    _require_ids("data.keys", data.keys, config.keys)  # checked once here, not at every step
+    _require_ids("data.values", data.values, config.values + 1)
+    _require_answers(data, config.values)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = TinyRetriever(config)
