@@ -14,13 +14,13 @@ def setup(seed: int = 0, *, threads: int = 1) -> None:
     """Seed every generator a chapter uses, pin the CPU thread count and apply the figure style.
 
     Args:
-        seed: seed for ``random``, NumPy and PyTorch (a non-negative int).
+        seed: seed for ``random``, NumPy and PyTorch, an int in ``[0, 2**32)`` (NumPy's range).
         threads: intra-op threads for PyTorch. One thread keeps float reductions in a fixed
             order, so printed digits match between machines and between runs (strict nbval
             compares them), and the chapters are small enough not to miss the others.
     """
-    seed = require_int("seed", seed, minimum=0)
-    threads = require_int("threads", threads, minimum=1)
+    seed = require_int("seed", seed, minimum=0, maximum=2**32 - 1)
+    threads = require_int("threads", threads, minimum=1, maximum=2**31 - 1)  # a C int in torch
 
     import numpy as np
     import torch
