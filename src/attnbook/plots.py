@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from attnbook._checks import require_positive_int, require_real
+from attnbook._checks import require_bool, require_int, require_real
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -50,6 +50,17 @@ _RC = {
 }
 
 
+_MAX_PANELS = 100  # subplots per row or column
+_MAX_INCHES = 100.0  # 10,000 px at the book's 100 dpi; matplotlib refuses 2**16 px
+
+
+def _require_inches(name: str, value: object) -> float:
+    value = require_real(name, value, positive=True)
+    if value > _MAX_INCHES:
+        raise ValueError(f"{name} must be <= {_MAX_INCHES:g} inches, got {value}")
+    return value
+
+
 def use_style() -> None:
     """Apply the book's matplotlib style (idempotent)."""
     import matplotlib as mpl
@@ -64,14 +75,16 @@ def new_figure(
 ) -> tuple[Figure, Axes | Sequence[Axes]]:
     """A figure in the book's style; ``height`` defaults to a 16:9-ish panel per row.
 
-    ``nrows`` and ``ncols`` are ints ``>= 1``; ``width`` and ``height`` are inches ``> 0``.
+    ``nrows`` and ``ncols`` are ints in ``[1, 100]``; ``width`` and ``height`` are inches in
+    ``(0, 100]`` (larger figures exceed what matplotlib can render or take minutes to lay out).
     """
     import matplotlib.pyplot as plt
 
-    nrows, ncols = require_positive_int("nrows", nrows), require_positive_int("ncols", ncols)
-    width = require_real("width", width, positive=True)
+    nrows = require_int("nrows", nrows, minimum=1, maximum=_MAX_PANELS)
+    ncols = require_int("ncols", ncols, minimum=1, maximum=_MAX_PANELS)
+    width = _require_inches("width", width)
     if height is not None:
-        height = require_real("height", height, positive=True)
+        height = _require_inches("height", height)
     use_style()
     if height is None:
         height = 3.0 * nrows if ncols > 1 else 3.6 * nrows
@@ -110,7 +123,16 @@ def heatmap(
 
     if not isinstance(ax, Axes):
         raise TypeError(f"ax must be a matplotlib Axes, got {type(ax).__name__}")
-    values = np.asarray(matrix.detach().cpu() if hasattr(matrix, "detach") else matrix)
+    annotate, colorbar = require_bool("annotate", annotate), require_bool("colorbar", colorbar)
+    for name, text in (("xlabel", xlabel), ("ylabel", ylabel), ("title", title)):
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+    if getattr(matrix, "is_meta", False):
+        raise ValueError(f"matrix is a meta tensor (shape {tuple(matrix.shape)}), with no values")
+    if hasattr(matrix, "detach"):  # a tensor; bfloat16 has no NumPy dtype, so widen it
+        matrix = matrix.detach().cpu()
+        matrix = matrix.float() if matrix.is_floating_point() else matrix
+    values = np.asarray(matrix)
     if values.ndim != 2 or values.size == 0:
         raise ValueError(f"matrix must be 2-D (rows, cols) and non-empty, got shape {values.shape}")
     if values.dtype.kind not in "biuf":  # bool, signed, unsigned, floating
@@ -119,6 +141,8 @@ def heatmap(
         ("row_labels", row_labels, values.shape[0]),
         ("col_labels", col_labels, values.shape[1]),
     ):
+        if labels is not None and not hasattr(labels, "__len__"):
+            raise TypeError(f"{name} must be a sequence of labels, got {labels!r}")
         if labels is not None and len(labels) != count:
             raise ValueError(
                 f"{name} has {len(labels)} labels for {count} {name[:3]}s of matrix {values.shape}"

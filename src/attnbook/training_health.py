@@ -14,7 +14,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._checks import require_callable, require_instance, require_scalar, require_tensor
+from attnbook._checks import (
+    require_callable,
+    require_instance,
+    require_scalar,
+    require_tensor,
+    require_values,
+)
+from attnbook.attention import _working_dtype
 
 __all__ = [
     "MemoryReport",
@@ -26,11 +33,22 @@ __all__ = [
 
 
 def attention_entropy(weights: torch.Tensor) -> torch.Tensor:
-    """Entropy in nats of each attention row, ``(..., Tq, Tk) -> (..., Tq)``; ``0 log 0 = 0``."""
+    """Entropy in nats of each attention row, ``(..., Tq, Tk) -> (..., Tq)``; ``0 log 0 = 0``.
+
+    ``weights`` must be non-negative (``ValueError`` otherwise). 16-bit weights are evaluated
+    in float32 (in float16 the tiny floor below ``log`` would round to 0) and the result cast
+    back. NaN weights give NaN entropy.
+    """
     weights = require_tensor(
         "weights", weights, min_rank=1, dtype="floating", shape_hint="(..., Tq, Tk)"
     )
-    return -(weights * weights.clamp_min(1e-30).log()).sum(-1)
+    if not weights.is_meta and bool((weights < 0).any()):
+        raise ValueError(
+            f"weights must be >= 0 (a distribution per row), got a minimum of "
+            f"{weights.min().item():.3g} in shape {tuple(weights.shape)}"
+        )
+    work = weights.to(_working_dtype(weights.dtype))
+    return (-(work * work.clamp_min(1e-30).log()).sum(-1)).to(weights.dtype)
 
 
 def watch_activations(model: nn.Module, *inputs: torch.Tensor) -> list[tuple[str, float, bool]]:
@@ -41,7 +59,7 @@ def watch_activations(model: nn.Module, *inputs: torch.Tensor) -> list[tuple[str
     Runs without gradients and removes its hooks afterwards, even if the model raises."""
     require_instance("model", model, nn.Module)
     for i, x in enumerate(inputs):
-        require_tensor(f"inputs[{i}]", x)
+        require_values(f"inputs[{i}]", require_tensor(f"inputs[{i}]", x))
     records, handles = [], []
 
     def hook(name: str):
@@ -64,10 +82,22 @@ def watch_activations(model: nn.Module, *inputs: torch.Tensor) -> list[tuple[str
 
 
 def grad_norm(model: nn.Module) -> float:
-    """Global L2 norm of the current gradients: what clipping sees *before* it clips."""
+    """Global L2 norm of the current gradients: what clipping sees *before* it clips.
+
+    Each gradient's norm is taken in float32 at least (a float16 gradient's norm overflows
+    above 65504, where ``clip_grad_norm_`` itself would report inf) and on the CPU, so
+    parameters may live on several devices. 0.0 when no parameter has a gradient.
+    """
     require_instance("model", model, nn.Module)
-    norms = [p.grad.detach().norm() for p in model.parameters() if p.grad is not None]
-    return torch.stack(norms).norm().item() if norms else 0.0
+    grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
+    for g in grads:
+        require_values("a parameter's grad", g)
+    norms = [g.to(_working_dtype(g.dtype)).norm().cpu() for g in grads]
+    if not norms:
+        return 0.0
+    if len({n.dtype for n in norms}) > 1:  # mixed precisions: combine in float64
+        norms = [n.double() for n in norms]
+    return torch.stack(norms).norm().item()
 
 
 @dataclass(frozen=True)
