@@ -8,6 +8,9 @@ gives the count a real run would reach without doing the arithmetic.
 
 What it cannot see: scratch buffers a fused kernel allocates inside itself (SDPA's CPU
 kernel, for one), allocator rounding and caching, and Python object overhead.
+
+:func:`saved_bytes` counts a different quantity: the memory that autograd keeps alive between
+the forward and the backward pass, which is what training pays for on top of the forward peak.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["AllocationCounter", "peak_bytes"]
+__all__ = ["AllocationCounter", "peak_bytes", "saved_bytes"]
 
 
 class AllocationCounter(TorchDispatchMode):
@@ -63,3 +66,35 @@ def peak_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     with AllocationCounter() as counter:
         fn(*args, **kwargs)
     return counter.peak
+
+
+def saved_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Bytes of tensor storage that autograd saves for the backward pass of ``fn(*args)``.
+
+    Every tensor an operation saves for backward passes through
+    :func:`torch.autograd.graph.saved_tensors_hooks`; each distinct storage is counted once,
+    and storages of the tensor arguments (and their views) are free, since the caller holds
+    them anyway. Works on ``meta`` tensors. Arguments that should receive gradients must have
+    ``requires_grad=True``, or nothing is saved.
+
+    Returns:
+        ``int`` bytes; 0 if no argument requires grad.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    given = tree_flatten((args, kwargs))[0]
+    inputs = {t.untyped_storage()._cdata for t in given if isinstance(t, torch.Tensor)}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage._cdata not in inputs:  # the C++ storage's address: unique while alive
+            saved[storage._cdata] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(*args, **kwargs)  # noqa: F841 (kept alive, so the saved storages are too)
+    return sum(saved.values())
