@@ -233,3 +233,86 @@ def test_weights_are_a_distribution_or_zero(seed, tq, tk, density):
     expected = mask.any(-1).to(torch.float64)
     torch.testing.assert_close(row_sums, expected)
     assert torch.all(weights[0, 0][~mask] == 0) and not out.isnan().any()
+
+
+# --- 16-bit inputs, empty key sets and meta tensors -------------------------------------------
+
+HALF = pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+
+
+@HALF
+@pytest.mark.parametrize("magnitude", [1, 10, 100, 300, 1000, 3000])
+def test_16bit_is_finite_and_as_accurate_as_sdpa(dtype, magnitude):
+    # One large shared coordinate pushes the raw scores q . k (magnitude**2 / 3) far past
+    # float16's 65504 from magnitude 300 on; SDPA stays finite there, and so must attention.
+    g = torch.Generator().manual_seed(magnitude)
+    q = torch.randn(2, 3, 16, 64, generator=g)
+    k = torch.randn(2, 3, 16, 64, generator=g)
+    q[..., 0], k[..., 0] = magnitude, magnitude / 3
+    v = torch.randn(2, 3, 16, 32, generator=g)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    exact = attention(q.double(), k.double(), v.double())  # the answer for these 16-bit inputs
+
+    ours, weights = attention(q, k, v, return_weights=True)
+    assert ours.dtype == weights.dtype == dtype and torch.isfinite(ours).all()
+    ours_error = (ours.double() - exact).abs().max().item()
+    sdpa_error = (sdpa(q, k, v).double() - exact).abs().max().item()
+    assert ours_error <= 1.5 * sdpa_error + 1e-6
+
+
+@HALF
+def test_16bit_self_attention_of_the_issue_does_not_overflow(dtype):
+    q = torch.randn(1, 1, 4, 64).to(dtype)
+    q[..., 0] = 300  # q @ q^T is about 90,000 > 65504 before scaling
+    out = attention(q, q, q)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), sdpa(q, q, q).float(), atol=2e-2, rtol=2e-2)
+
+
+def test_float32_path_is_unchanged_by_the_16bit_path():
+    # float32 and float64 are computed as before (q @ k^T, then the scale), bit for bit.
+    q, k, v = qkv(dtype=torch.float32, dk=8)
+    scores = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(8))
+    assert torch.equal(attention(q, k, v), softmax(scores) @ v)
+
+
+@HALF
+def test_16bit_softmax_sums_to_one_in_its_dtype(dtype):
+    scores = (30 * torch.randn(4, 100)).to(dtype)
+    p = softmax(scores)
+    assert p.dtype == dtype
+    torch.testing.assert_close(p, torch.softmax(scores.float(), -1).to(dtype))  # dtype's tol
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_no_keys_gives_zero_gradients_like_sdpa(with_mask):
+    q = torch.randn(2, 3, 4, 8, requires_grad=True)
+    k = torch.randn(2, 3, 0, 8, requires_grad=True)
+    v = torch.randn(2, 3, 0, 5, requires_grad=True)
+    mask = torch.ones(4, 0, dtype=torch.bool) if with_mask else None
+    grads = torch.autograd.grad(attention(q, k, v, mask).sum(), (q, k, v))
+    expected = torch.autograd.grad(sdpa(q, k, v).sum(), (q, k, v))
+    for ours, theirs in zip(grads, expected, strict=True):
+        assert torch.equal(ours, theirs)
+    assert torch.equal(grads[0], torch.zeros_like(q))
+
+
+def test_softmax_of_an_empty_axis_stays_in_the_graph():
+    scores = torch.randn(3, 0, requires_grad=True)
+    (grad,) = torch.autograd.grad(softmax(scores).sum(), scores)
+    assert grad.shape == (3, 0)
+
+
+def test_meta_tensors_give_shapes_without_data():
+    q = torch.empty(2, 4, 5, 8, device="meta")
+    k = torch.empty(2, 2, 7, 8, device="meta")
+    v = torch.empty(2, 2, 7, 3, device="meta")
+    out, weights = attention(q, k, v, causal_mask(5, 7, device="meta"), return_weights=True)
+    assert out.is_meta and out.shape == (2, 4, 5, 3) and weights.shape == (2, 4, 5, 7)
+    assert attention(q.half(), k.half(), v.half()).dtype == torch.float16
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, -2])
+def test_softmax_along_any_valid_dim(dim):
+    scores = torch.randn(3, 4, dtype=torch.float64)
+    torch.testing.assert_close(softmax(scores, dim), torch.softmax(scores, dim))

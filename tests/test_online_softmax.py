@@ -155,3 +155,44 @@ def test_merge_is_exact_for_any_split_order_and_grouping(seed, tk, data):
     torch.testing.assert_close(states[0].u, whole.u)
     torch.testing.assert_close(finalize(states[0]), softmax(scores) @ values)
     assert not finalize(states[0]).isnan().any()
+
+
+# --- edge sizes and 16-bit inputs -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("tk", [0, 5])
+def test_tiled_with_no_queries_is_empty(causal, tk):
+    q, k, v = qkv(0, tk)
+    out = tiled_attention(q, k, v, block_size=2, causal=causal)
+    assert torch.equal(out, torch.zeros(2, 3, 0, 5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_tiled_with_no_keys_gives_zero_gradients_like_sdpa(causal):
+    q, k, v = (x.requires_grad_() for x in qkv(4, 0, dtype=torch.float32))
+    grads = torch.autograd.grad(tiled_attention(q, k, v, causal=causal).sum(), (q, k, v))
+    expected = torch.autograd.grad(sdpa(q, k, v).sum(), (q, k, v))
+    for ours, theirs in zip(grads, expected, strict=True):
+        assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("magnitude", [1, 300, 3000])
+def test_tiled_16bit_is_finite_and_as_accurate_as_sdpa(dtype, magnitude):
+    g = torch.Generator().manual_seed(magnitude)
+    q, k = torch.randn(1, 2, 9, 64, generator=g), torch.randn(1, 2, 9, 64, generator=g)
+    q[..., 0], k[..., 0] = magnitude, magnitude / 3
+    v = torch.randn(1, 2, 9, 16, generator=g)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    exact = attention(q.double(), k.double(), v.double(), causal_mask(9))
+    ours = tiled_attention(q, k, v, block_size=4, causal=True)
+    assert ours.dtype == dtype and torch.isfinite(ours).all()
+    sdpa_error = (sdpa(q, k, v, is_causal=True).double() - exact).abs().max().item()
+    assert (ours.double() - exact).abs().max().item() <= 1.5 * sdpa_error + 1e-6
+
+
+def test_tiled_on_meta_tensors():
+    q = torch.empty(2, 3, 5, 8, device="meta")
+    out = tiled_attention(q, q, q[..., :4], block_size=2, causal=True)
+    assert out.is_meta and out.shape == (2, 3, 5, 4)
