@@ -1,0 +1,217 @@
+"""Exercises of chapters 1 and 2: attention from scratch, and the scaled scores.
+
+``attention(q, k, v)``
+    q ``(..., Tq, dk)``, k ``(..., Tk, dk)``, v ``(..., Tk, dv)`` with the same leading dims;
+    returns ``softmax(q @ k^T / sqrt(dk)) @ v``, shape ``(..., Tq, dv)``, dtype of ``q``. No
+    mask. With ``Tk == 0`` each output row is zero (an empty mixture reads nothing).
+
+``scaled_scores(q, k)``
+    q ``(..., Tq, dk)``, k ``(..., Tk, dk)``; returns ``q @ k^T / sqrt(dk)``, shape
+    ``(..., Tq, Tk)``, dtype of ``q``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnbook.practice._exercise import Case, Exercise, Mistake, randn, small_ints
+
+
+def _scores(q, k, scale):
+    return (q.double() @ k.double().transpose(-2, -1)) * scale
+
+
+def _mix(q, k, v, *, scale=None, dim=-1):
+    """Reference arithmetic in float64, returned in the input dtype."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    weights = torch.softmax(_scores(q, k, scale), dim=dim)
+    return (weights @ v.double()).to(q.dtype)  # (..., Tq, dv)
+
+
+def attention(q, k, v):
+    return _mix(q, k, v)
+
+
+def _naive_softmax_attention(q, k, v):
+    e = torch.exp((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]))
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def _manual_max_attention(q, k, v):
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    e = torch.exp(s - s.max(-1, keepdim=True).values)  # max over an empty axis raises
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+_FP16 = torch.float16
+
+
+def _qkv(tq, tk, dk, dv, lead=(), *, seed, dtype=torch.float64, scale=1.0):
+    return lambda: {
+        "q": randn(*lead, tq, dk, seed=seed, dtype=dtype, scale=scale),
+        "k": randn(*lead, tk, dk, seed=seed + 1, dtype=dtype, scale=scale),
+        "v": randn(*lead, tk, dv, seed=seed + 2, dtype=dtype),
+    }
+
+
+def _qkv_fp16():
+    # Small integers with dk = 4: every score is exact in float16 and reaches about 30, where
+    # exp() overflows float16 (its largest number is 65504 = e^11.1).
+    q, k = small_ints(2, 5, 4, seed=31, dtype=_FP16), small_ints(2, 6, 4, seed=32, dtype=_FP16)
+    return {"q": q, "k": k, "v": small_ints(2, 6, 3, seed=33, dtype=_FP16, high=2)}
+
+
+ATTENTION_CASES = (
+    Case("hand case: 4 tokens, dk = dv = 4", "hand", lambda: {
+        "q": torch.tensor([[1.0, 0, 0, 0], [0, 2, 0, 0], [0, 0, 1, 1], [1, -1, 0, 0]]),
+        "k": torch.tensor([[1.0, 1, 0, 0], [0, 1, 0, 1], [2, 0, 0, 0], [0, 0, -1, 1]]),
+        "v": torch.tensor([[1.0, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]),
+    }),
+    Case("random case: 2 x 3 heads, 5 queries, 7 keys, dk = 8, dv = 6", "random",
+         _qkv(5, 7, 8, 6, (2, 3), seed=11, dtype=torch.float32)),
+    Case("random case: 6 tokens, dk = 16, dv = 5", "random", _qkv(6, 6, 16, 5, seed=14)),
+    Case("random case: 3 queries, 9 keys, dk = 2, dv = 2", "random",
+         _qkv(3, 9, 2, 2, (1,), seed=17)),
+    Case("edge case: no keys (Tk = 0)", "edge", _qkv(3, 0, 4, 5, (2,), seed=20)),
+    Case("edge case: one key", "edge", _qkv(4, 1, 3, 2, seed=23, dtype=torch.float32)),
+    Case("edge case: large scores (about 100) in float32", "edge",
+         _qkv(4, 5, 8, 3, seed=26, dtype=torch.float32, scale=6.0)),
+    Case("edge case: float16 with scores near 30", "edge", _qkv_fp16),
+)  # fmt: skip
+
+_SCALE_HINT = (
+    "Chapter 2 works out the variance of q·k for unit-variance features. Which factor "
+    "brings it back to 1, and which tensor's last dimension tells you dk?"
+)
+
+_PRECEDENCE = (
+    "the exponent 1/2 is not in parentheses: Python reads dk ** 1/2 as (dk ** 1) / 2, so the "
+    "scores end up divided by dk/2 (or by 2·dk when written inline as scores / dk ** 1/2)."
+)
+_PRECEDENCE_HINT = "Operator precedence: ** binds tighter than /. Print your scale for dk = 16."
+
+ATTENTION = Exercise(
+    name="attention",
+    chapter="ch-deriving",
+    signature="attention(q, k, v)",
+    reference=attention,
+    cases=ATTENTION_CASES,
+    hint="Build it in three steps and check each on the hand case: scores q @ k^T scaled by "
+    "1/sqrt(dk) with shape (Tq, Tk), a softmax that makes each query's row sum to 1, then "
+    "the weighted sum of the values.",
+    mistakes=(
+        Mistake("no_scale", "the scores are not divided by √dk.", _SCALE_HINT,
+                "ch-sqrt-dk; the factor of Vaswani et al. (2017)",
+                lambda q, k, v: _mix(q, k, v, scale=1.0)),
+        Mistake("scale_by_dk", "the scores are divided by dk instead of √dk (or q and k "
+                "are each divided by √dk).", _SCALE_HINT, "ch-sqrt-dk",
+                lambda q, k, v: _mix(q, k, v, scale=1 / q.shape[-1])),
+        Mistake("scale_multiplies", "the scores are multiplied by √dk instead of divided.",
+                _SCALE_HINT, "ch-sqrt-dk",
+                lambda q, k, v: _mix(q, k, v, scale=math.sqrt(q.shape[-1]))),
+        Mistake("precedence_half", _PRECEDENCE, _PRECEDENCE_HINT, "a Python precedence slip",
+                lambda q, k, v: _mix(q, k, v, scale=2 / q.shape[-1]),
+                (lambda q, k, v: _mix(q, k, v, scale=0.5 / q.shape[-1]),)),
+        Mistake("scale_uses_token_count", "the scale uses the number of keys Tk where it "
+                "needs the feature width dk.", "Which axis of k holds the features? Index it "
+                "from the end (-1), so that batch and head axes cannot shift it.",
+                "shape indexing on batched tensors",
+                lambda q, k, v: _mix(q, k, v, scale=1 / math.sqrt(max(k.shape[-2], 1)))),
+        Mistake("softmax_over_queries", "the softmax runs over the query axis, so the weights "
+                "sum to 1 down each column instead of along each query's row.", "Each query "
+                "distributes one unit of attention over the keys. Which axis of the (Tq, Tk) "
+                "score matrix is the key axis?", "ch-deriving, the contract's row sums",
+                lambda q, k, v: _mix(q, k, v, dim=-2)),
+        Mistake("no_softmax", "the scaled scores are used as weights without a softmax.",
+                "Weights should be non-negative and sum to 1 per query; raw scores are neither.",
+                "ch-deriving, attempt 1",
+                lambda q, k, v: ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])) @ v),
+        Mistake("returns_weights", "the function returns the attention weights, not the "
+                "weighted sum of the values.", "The output holds one dv-vector per query: "
+                "what do the weights multiply?", "ch-deriving",
+                lambda q, k, v: torch.softmax(_scores(q, k, 1 / math.sqrt(q.shape[-1])),
+                                              -1).to(q.dtype)),
+        Mistake("keys_as_values", "the weights multiply the keys instead of the values.",
+                "Keys decide how much to read; values are what is read.",
+                "ch-deriving, attempt 2 (three roles)",
+                lambda q, k, v: _mix(q, k, k)),
+        Mistake("queries_keys_swapped", "the scores are k @ q^T, so keys play the queries' "
+                "role.", "Row i of the scores must belong to query i: its shape is (Tq, Tk).",
+                "ch-deriving, attempt 2",
+                lambda q, k, v: _mix(k, q, v)),
+        Mistake("unstable_softmax", "the softmax exponentiates raw scores; exp() overflows "
+                "(about 88 in float32, 11 in float16) and inf / inf gives NaN.",
+                "Chapter 2: adding a constant to every score in a row changes no weight. "
+                "Which constant keeps every exponent at or below 0?",
+                "ch-sqrt-dk (shift invariance) and ch-flash exercise 2",
+                _naive_softmax_attention),
+        Mistake("crashes_without_keys", "a hand-written stable softmax takes the max over "
+                "the key axis, which fails when there are no keys (Tk = 0).", "A query with no "
+                "key to read gets a zero output in this book. Handle the empty key axis "
+                "before taking a max over it (or use a softmax that accepts it).",
+                "ch-masking, the empty row", _manual_max_attention),
+    ),
+)  # fmt: skip
+
+
+def scaled_scores(q, k):
+    return _scores(q, k, 1 / math.sqrt(q.shape[-1])).to(q.dtype)
+
+
+def _scaled(q, k, scale):
+    return _scores(q, k, scale).to(q.dtype)
+
+
+def _qk(tq, tk, dk, lead=(), *, seed, dtype=torch.float64):
+    return lambda: {
+        "q": randn(*lead, tq, dk, seed=seed, dtype=dtype),
+        "k": randn(*lead, tk, dk, seed=seed + 1, dtype=dtype),
+    }
+
+
+SCALED_SCORES = Exercise(
+    name="scaled_scores",
+    chapter="ch-sqrt-dk",
+    signature="scaled_scores(q, k)",
+    reference=scaled_scores,
+    hint="Compare your output with q @ k^T on the hand case: the two should differ only by "
+    "one factor that depends on dk, and the shape should be (..., Tq, Tk).",
+    cases=(
+        Case("hand case: 2 queries, 3 keys, dk = 4", "hand", lambda: {
+            "q": torch.tensor([[2.0, 0, 0, 0], [1, 1, 1, 1]]),
+            "k": torch.tensor([[1.0, 0, 0, 0], [0, 3, 0, 1], [1, 1, -1, 0]]),
+        }),
+        Case("random case: 2 x 4 heads, 5 queries, 7 keys, dk = 16", "random",
+             _qk(5, 7, 16, (2, 4), seed=41, dtype=torch.float32)),
+        Case("random case: 6 tokens, dk = 6", "random", _qk(6, 6, 6, seed=43)),
+        Case("random case: 3 queries, 10 keys, dk = 64", "random",
+             _qk(3, 10, 64, (1,), seed=45)),
+        Case("edge case: no keys (Tk = 0)", "edge", _qk(3, 0, 8, (2,), seed=47)),
+        Case("edge case: float16", "edge", lambda: {
+            "q": small_ints(2, 3, 16, seed=49, dtype=_FP16),
+            "k": small_ints(2, 5, 16, seed=50, dtype=_FP16),
+        }),
+    ),
+    mistakes=(
+        Mistake("no_scale", "the scores are not divided by √dk.", _SCALE_HINT,
+                "ch-sqrt-dk", lambda q, k: _scaled(q, k, 1.0)),
+        Mistake("scale_by_dk", "the scores are divided by dk instead of √dk (or q and k are "
+                "each divided by √dk).", _SCALE_HINT, "ch-sqrt-dk",
+                lambda q, k: _scaled(q, k, 1 / q.shape[-1])),
+        Mistake("scale_multiplies", "the scores are multiplied by √dk instead of divided.",
+                _SCALE_HINT, "ch-sqrt-dk",
+                lambda q, k: _scaled(q, k, math.sqrt(q.shape[-1]))),
+        Mistake("precedence_half", _PRECEDENCE, _PRECEDENCE_HINT, "a Python precedence slip",
+                lambda q, k: _scaled(q, k, 2 / q.shape[-1]),
+                (lambda q, k: _scaled(q, k, 0.5 / q.shape[-1]),)),
+        Mistake("scale_uses_token_count", "the scale uses the number of keys Tk where it "
+                "needs the feature width dk.", "Which axis of k holds the features? Index it "
+                "from the end (-1).", "shape indexing on batched tensors",
+                lambda q, k: _scaled(q, k, 1 / math.sqrt(max(k.shape[-2], 1)))),
+        Mistake("transposed", "the result is k @ q^T, of shape (Tk, Tq).", "Row i should "
+                "hold query i's scores against every key.", "ch-deriving, attempt 2",
+                lambda q, k: _scaled(k, q, 1 / math.sqrt(q.shape[-1]))),
+    ),
+)  # fmt: skip

@@ -1,0 +1,99 @@
+"""What an exercise is made of: a reference, cases to run it on, and catalogued wrong variants.
+
+A mistake is recognised by behaviour: each :class:`Mistake` carries a function that makes it
+(``wrong``), and the reader's outputs are compared with that function's outputs on every
+case. Cheap signatures (off by a factor, the mask's sense flipped, ...) are written the same
+way, usually as a one-line change of the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+Kind = Literal["hand", "random", "edge"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input the reader's function is run on.
+
+    Attributes:
+        label: how the message names it, e.g. ``"hand case: 3 tokens, dk = 4"``.
+        kind: ``"hand"`` (small, written out), ``"random"`` (seeded) or ``"edge"``.
+        make: returns the inputs by parameter name; called once, then copied for each call.
+    """
+
+    label: str
+    kind: Kind
+    make: Callable[[], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A classic wrong answer, and a function that gives exactly that answer.
+
+    Attributes:
+        id: short stable name, e.g. ``"no_scale"``.
+        description: what the mistake is, in one sentence.
+        hint: a nudge toward the fix that does not hand over the code.
+        source: where the mistake comes from (a chapter section, a library convention).
+        wrong: a function with the exercise's signature that makes this mistake.
+        alternatives: other ways of writing the same mistake that give other numbers
+            (``dk ** 1/2`` as a scale, or inline as ``scores / dk ** 1/2``).
+    """
+
+    id: str
+    description: str
+    hint: str
+    source: str
+    wrong: Callable[..., Any]
+    alternatives: tuple[Callable[..., Any], ...] = ()
+
+    @property
+    def variants(self) -> tuple[Callable[..., Any], ...]:
+        return (self.wrong, *self.alternatives)
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """An exercise: the reference, its cases and its catalogued mistakes.
+
+    Attributes:
+        name: the key readers pass to :func:`attnbook.practice.check`.
+        chapter: the chapter label the exercise belongs to, e.g. ``"ch-deriving"``.
+        signature: how the reader's function is called, e.g. ``"attention(q, k, v)"``.
+        reference: the correct function.
+        cases: hand, random and edge cases, hand cases first.
+        mistakes: catalogued wrong variants, most specific first (the first match wins).
+        hint: what to look at when no catalogued mistake matches.
+        keyword_call: call the function with keyword arguments (for integer formulas with
+            many parameters) instead of positionally.
+        output_names: names of the parts when the function returns a tuple.
+    """
+
+    name: str
+    chapter: str
+    signature: str
+    reference: Callable[..., Any]
+    cases: tuple[Case, ...]
+    mistakes: tuple[Mistake, ...]
+    hint: str
+    keyword_call: bool = False
+    output_names: tuple[str, ...] = field(default=())
+
+
+def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64, scale: float = 1.0):
+    """Seeded normal tensor: the same numbers on every machine and in every session."""
+    g = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).to(dtype)
+
+
+def small_ints(*shape: int, seed: int, dtype: torch.dtype, high: int = 4) -> torch.Tensor:
+    """Seeded integers in ``[-high, high]`` as floats: products and sums of them stay exact in
+    float16, so a float16 case tests the method, not rounding luck."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(-high, high + 1, shape, generator=g).to(dtype)

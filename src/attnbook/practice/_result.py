@@ -1,0 +1,78 @@
+"""The verdict of :func:`attnbook.practice.check`: a small record that displays itself.
+
+The notebook face is plain HTML with inline styles and no script, so it looks the same in
+JupyterLab, Colab and the static site; text takes the page's own colour, so it stays readable
+in light and dark themes (only a coloured edge and a faint tint carry the status, and the
+title says it in words too).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["correct", "not attempted", "known mistake", "wrong"]
+
+_TITLES = {
+    "correct": "✓ Correct",
+    "not attempted": "… Not attempted yet",
+    "known mistake": "✗ Not yet: a known mistake",
+    "wrong": "✗ Not yet right",
+}
+_COLOURS = {  # edge colour, tint (the same hue at low alpha, so it works on dark pages too)
+    "correct": ("#1a7f37", "rgba(26, 127, 55, 0.08)"),
+    "not attempted": ("#6e7781", "rgba(110, 119, 129, 0.08)"),
+    "known mistake": ("#bc4c00", "rgba(188, 76, 0, 0.08)"),
+    "wrong": ("#cf222e", "rgba(207, 34, 46, 0.08)"),
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """What :func:`~attnbook.practice.check` found.
+
+    Attributes:
+        exercise: the exercise's name.
+        passed: True when the function agrees with the reference on every case, and also
+            for an untouched stub (so a chapter with unsolved exercises still runs).
+        mistake: id of the catalogued mistake the function's outputs match (see
+            ``MISTAKES[exercise]``), or None.
+        message: what went wrong, on which input, and a hint; or what was checked.
+        status: ``"correct"``, ``"not attempted"``, ``"known mistake"`` or ``"wrong"``.
+    """
+
+    exercise: str
+    passed: bool
+    mistake: str | None
+    message: str
+    status: Status
+
+    @property
+    def title(self) -> str:
+        """One-line verdict, e.g. ``"✓ Correct"``."""
+        if self.status == "known mistake":
+            return f"{_TITLES[self.status]} ({self.mistake})"
+        return _TITLES[self.status]
+
+    def __str__(self) -> str:
+        return f"{self.title} | {self.exercise}\n{self.message}"
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        edge, tint = _COLOURS[self.status]
+        paragraphs = "".join(
+            f'<p style="margin: 0.3em 0 0 0;">{html.escape(line)}</p>'
+            for line in self.message.split("\n")
+            if line
+        )
+        return (
+            f'<div class="attnbook-verdict" style="border-left: 4px solid {edge}; '
+            f"background: {tint}; padding: 0.5em 0.9em; margin: 0.4em 0; "
+            f'color: inherit; line-height: 1.45; max-width: 60em;">'
+            f"<strong>{html.escape(self.title)}</strong>"
+            f' <span style="opacity: 0.75;">· <code>{html.escape(self.exercise)}</code></span>'
+            f"{paragraphs}</div>"
+        )

@@ -1,0 +1,95 @@
+"""Exercise of chapter 5: apply rotary position embeddings.
+
+``apply_rope(x, positions)``
+    x ``(..., T, d)`` floating with ``d`` even, positions ``(T,)`` integer (each token's
+    absolute position). Returns a tensor like ``x`` (same shape and dtype) in which pair
+    ``(p, p + d/2)`` of the token at position ``m`` is turned by the angle ``m * 10000**(-2p/d)``
+    counter-clockwise (the rotate-half layout; ``attnbook.rope.apply_rope``'s default).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnbook.practice._exercise import Case, Exercise, Mistake, randn
+from attnbook.rope import apply_rope as _apply_rope
+
+
+def apply_rope(x, positions):
+    return _apply_rope(x, positions)
+
+
+def _turn(x, positions, *, sign=1.0, exponent=2.0, layout="half", cos_only=False):
+    """RoPE in float64 with knobs for each catalogued mistake."""
+    d = x.shape[-1]
+    p = torch.arange(d // 2, dtype=torch.float64)
+    angles = sign * positions.double()[:, None] * 10000.0 ** (-exponent * p / d)  # (T, d/2)
+    cos, sin = angles.cos(), (0 * angles if cos_only else angles.sin())
+    x64 = x.double()
+    if layout == "half":
+        a, b = x64[..., : d // 2], x64[..., d // 2 :]
+        out = torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    else:
+        a, b = x64[..., 0::2], x64[..., 1::2]
+        out = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def _case(shape, positions, seed, dtype=torch.float64):
+    return lambda: {"x": randn(*shape, seed=seed, dtype=dtype), "positions": positions.clone()}
+
+
+ARANGE = torch.arange
+
+APPLY_ROPE = Exercise(
+    name="apply_rope",
+    chapter="ch-positions",
+    signature="apply_rope(x, positions)",
+    reference=apply_rope,
+    hint="Check one pair by hand: with d = 4, the token at position 1 turns pair 0, made of "
+    "features 0 and 2, by 1 radian, and pair 1 (features 1 and 3) by 0.01 radian.",
+    cases=(
+        Case("hand case: 3 tokens at positions 0, 1, 2, d = 4", "hand", lambda: {
+            "x": torch.tensor([[1.0, 0, 0, 0], [1, 0, 0, 0], [0, 1, 0, 1]]),
+            "positions": ARANGE(3)}),
+        Case("random case: 2 x 3 heads, 6 tokens, d = 16", "random",
+             _case((2, 3, 6, 16), ARANGE(6), 81, torch.float32)),
+        Case("random case: a chunk of 4 tokens at positions 100 to 103, d = 8", "random",
+             _case((4, 8), 100 + ARANGE(4), 82)),
+        Case("edge case: one new token at position 37 (decoding with a cache)", "edge",
+             _case((1, 2, 1, 8), torch.tensor([37]), 83)),
+        Case("edge case: positions out of order, 5 2 9", "edge",
+             _case((3, 6), torch.tensor([5, 2, 9]), 84)),
+        Case("edge case: d = 2 (a single pair)", "edge", _case((4, 2), ARANGE(4) * 3, 85)),
+        Case("edge case: float16", "edge", _case((2, 4, 8), ARANGE(4), 86, torch.float16)),
+    ),
+    mistakes=(
+        Mistake("rotates_backwards", "each pair turns clockwise (by -m·θ): the sine terms "
+                "have the wrong signs.", "R(α) maps (a, b) to (a cos α - b sin α, a sin α + b "
+                "cos α). Check it on (1, 0) turned by a quarter turn.",
+                "ch-positions, R(α)", lambda x, positions: _turn(x, positions, sign=-1.0)),
+        Mistake("interleaved_pairs", "the pairs are (2p, 2p + 1) (interleaved layout) "
+                "instead of (p, p + d/2).", "Chapter 5, two layouts: this exercise uses "
+                "rotate-half, where feature p pairs with feature p + d/2.",
+                "ch-positions, two layouts",
+                lambda x, positions: _turn(x, positions, layout="interleaved")),
+        Mistake("frequency_exponent_halved", "the frequencies are 10000**(-p/d) instead of "
+                "10000**(-2p/d), so the slow pairs turn too fast.", "Pair p's exponent is "
+                "2p/d: the last pair should turn by about 1/10000 radian per position.",
+                "ch-positions, θ_p = b^(-2p/d)",
+                lambda x, positions: _turn(x, positions, exponent=1.0)),
+        Mistake("frequency_not_inverted", "the frequencies are 10000**(+2p/d): later pairs "
+                "turn faster instead of slower.", "Pair 0 turns one radian per position and "
+                "every later pair turns more slowly.", "ch-positions",
+                lambda x, positions: _turn(x, positions, exponent=-2.0)),
+        Mistake("ignores_positions", "the positions argument is ignored and tokens are "
+                "numbered 0, 1, 2, ... within the call.", "Chapter 5, cached decoding: a new "
+                "token must be turned by its absolute position, not its index in the chunk.",
+                "ch-positions, cached decoding",
+                lambda x, positions: _turn(x, torch.arange(x.shape[-2]))),
+        Mistake("missing_sine_term", "only the cosine term is applied, so a pair's two "
+                "features are never mixed and the vector shrinks.", "A rotation keeps the "
+                "length: compare the norm of a token before and after.", "ch-positions",
+                lambda x, positions: _turn(x, positions, cos_only=True)),
+    ),
+)  # fmt: skip
