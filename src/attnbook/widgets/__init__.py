@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
 if TYPE_CHECKING:
+    from attnbook.widgets.head_rows import head_explorer
     from attnbook.widgets.kv_cache import kv_cache_calculator
     from attnbook.widgets.mask_grid import mask_explorer
     from attnbook.widgets.online_softmax import online_softmax_stepper
@@ -30,6 +31,7 @@ WIDGETS = {
     "mask_explorer": "mask_grid",
     "rope_rotation": "rope_plane",
     "online_softmax_stepper": "online_softmax",
+    "head_explorer": "head_rows",
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Control",
     "LiveWidget",
     "WidgetSpec",
+    "head_explorer",
     "kv_cache_calculator",
     "mask_explorer",
     "online_softmax_stepper",

@@ -1,0 +1,106 @@
+"""The head explorer's stored attention rows, its state, and its agreement with the models."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from attnbook.widgets import head_explorer
+from attnbook.widgets.head_rows import MODELS, SPEC, _stored, head_state, sample_maps
+
+DATA = _stored()
+
+
+def test_stored_rows_are_causal_attention_rows():
+    t, length = len(DATA["tokens"]), DATA["length"]
+    assert DATA["tokens"][length:] == DATA["tokens"][:length] and t == 2 * length
+    assert len(set(DATA["tokens"][:length])) == length  # distinct first half
+    for name, layers in zip(MODELS, (2, 1), strict=True):
+        assert len(DATA["maps"][name]) == 5
+        for seed in DATA["maps"][name]:
+            assert len(seed) == layers
+            for rows in seed:
+                assert [len(r) for r in rows] == list(range(1, t + 1))  # keys 0..query
+                for row in rows:  # rounded to 3 decimals: each entry off by <= 5e-4
+                    assert min(row) >= 0 and abs(sum(row) - 1) <= 5e-4 * len(row) + 1e-9
+
+
+def test_two_layer_heads_have_their_roles_on_every_seed():
+    scores = DATA["scores"]["two-layer"]
+    for seed in range(5):
+        assert scores["previous"][seed][0] > 0.3 > scores["previous"][seed][1]
+        assert scores["induction"][seed][1] > 0.8 > scores["induction"][seed][0]
+        state = head_state(model="two-layer", layer=1, query=17, seed=seed)
+        assert state["induction_key"] == 17 - 12 + 1 == state["top_key"]
+
+
+def test_state_looks_up_the_row_and_marks_both_targets():
+    state = head_state(model="two-layer", layer=0, query=15, seed=3)
+    assert state["weights"] == DATA["maps"]["two-layer"][3][0][15]
+    assert state["previous_key"] == 14 and state["induction_key"] == 4
+    assert state["previous_weight"] == state["weights"][14]
+    assert state["top_weight"] == max(state["weights"])
+    assert state["previous_score"] == DATA["scores"]["two-layer"]["previous"][3][0]
+    first = head_state(model="one-layer", layer=0, query=0, seed=0)
+    assert first["previous_key"] is None and first["induction_key"] is None
+    assert first["weights"] == [1.0] and first["top_key"] == 0
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"model": "one-layer", "layer": 1}, ValueError, "the one-layer model has 1 layer"),
+        ({"query": 24}, ValueError, r"query must be < T=24"),
+        ({"seed": 5}, ValueError, r"seed must be < 5"),
+        ({"model": "three-layer"}, ValueError, "model must be one of"),
+        ({"query": 2.5}, ValueError, "query must be a whole number"),
+    ],
+)
+def test_impossible_settings_are_rejected_with_a_named_message(params, error, match):
+    with pytest.raises(error, match=match):
+        head_state(**({"model": "two-layer", "layer": 0, "query": 3, "seed": 0} | params))
+
+
+def test_widget_keeps_the_last_good_setting():
+    widget = head_explorer(layer=1)
+    assert widget.update(model="one-layer") is False  # it has no layer 1
+    assert widget.params["model"] == "two-layer"
+    assert widget.update(layer=0) is True and widget.update(model="one-layer") is True
+
+
+def test_figure_and_small_multiples_have_labelled_axes():
+    fig = head_explorer().figure(query=20)
+    ax = fig.axes[0]
+    assert ax.get_xlabel().startswith("key") and ax.get_ylabel() == "attention weight"
+    fig = head_explorer().small_multiples("layer", [0, 1])
+    assert sum(ax.get_visible() for ax in fig.axes) == 2
+
+
+def test_html_contains_every_control_and_the_rows():
+    page = head_explorer().html()
+    for control in SPEC.controls:
+        assert f'name="{control.name}"' in page
+    assert 'data-widget="head_explorer"' in page and len(page) < 60_000
+
+
+@pytest.mark.slow
+def test_stored_rows_come_from_the_chapters_training():
+    import torch
+
+    from attnbook.induction_model import InductionConfig, train
+
+    torch.set_num_threads(1)
+    config = InductionConfig()
+    runs = {MODELS[0]: train(config), MODELS[1]: train(dataclasses.replace(config, layers=1))}
+    fresh = sample_maps({k: v[0] for k, v in runs.items()}, {k: v[1] for k, v in runs.items()})
+    assert fresh["tokens"] == DATA["tokens"] and fresh["length"] == DATA["length"]
+    for name in MODELS:
+        for a, b in zip(fresh["maps"][name], DATA["maps"][name], strict=True):
+            diff = max(
+                abs(x - y)
+                for la, lb in zip(a, b, strict=True)
+                for ra, rb in zip(la, lb, strict=True)
+                for x, y in zip(ra, rb, strict=True)
+            )
+            assert diff < 0.05
