@@ -71,6 +71,8 @@ notebooks: setup
 lint: setup
 	$(BIN)/ruff check src tests benchmarks scripts notebooks/*.ipynb
 	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
+	$(BIN)/zizmor --offline --quiet .github/workflows/
 
 # Each chapter executes once here (strict nbval) and once more in the Colab-like runtime, a
 # second environment; the site build executes none (checked by prime_cache.py --verify).
