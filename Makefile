@@ -76,14 +76,24 @@ lint: setup
 
 # Each chapter executes once here (strict nbval) and once more in the Colab-like runtime, a
 # second environment; the site build executes none (checked by prime_cache.py --verify).
+# The runtime test runs in the background: chapters run on one thread, so it takes the
+# second core while the other checks run, and its log is printed at the end.
+RUNTIME_LOG := _build/runtime-test.log
 test: setup browser-deps
-	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -q -m "not browser and not runtime" tests/
-	$(NBVAL) -q
-	$(MAKE) --no-print-directory book
-	$(BIN)/python scripts/prime_cache.py --verify
-	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser tests/
-	$(BIN)/pytest -q -m runtime tests/
+	@mkdir -p _build
+	@set -e; \
+	$(BIN)/pytest -q -p no:cacheprovider -m runtime tests/ > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
+	trap 'kill $$runtime 2> /dev/null || true' EXIT; \
+	set -x; \
+	$(MAKE) --no-print-directory lint; \
+	$(BIN)/pytest -q -m "not browser and not runtime" tests/; \
+	$(NBVAL) -q; \
+	$(MAKE) --no-print-directory book; \
+	$(BIN)/python scripts/prime_cache.py --verify; \
+	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser tests/; \
+	set +x; \
+	echo "Colab-like runtime test (log: $(RUNTIME_LOG)):"; \
+	if wait $$runtime; then tail -n 2 $(RUNTIME_LOG); else cat $(RUNTIME_LOG); exit 1; fi
 
 sync: setup
 	$(BIN)/python scripts/sync_notebooks.py $(NB)
