@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 from attnbook.widgets import kv_cache_calculator
 from attnbook.widgets._live import js_source
 from attnbook.widgets.kv_cache import BYTES_PER_ELEMENT, SPEC, human_bytes, kv_cache_state
+
+REQUIRE = bool(os.environ.get("ATTNBOOK_REQUIRE_BROWSER") or os.environ.get("CI"))
 
 TORCH_DTYPES = {
     "float32": torch.float32,
@@ -119,6 +122,51 @@ def test_figure_has_labelled_axes_and_three_bars():
     assert sum(ax.get_visible() for ax in panels.get_axes()) == 3
 
 
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (2**48, "256 TiB"),
+        (2**40, "1 TiB"),
+        (1024 * 2**30, "1 TiB"),  # not "1020 GiB"
+        (2050 * 2**30, "≈2.00 TiB"),  # not "2050 GiB"
+        (262144 * 2**30, "256 TiB"),  # not "262000 GiB"
+        (3 * 2**29, "1.5 GiB"),
+        (512 * 2**20, "512 MiB"),
+        (1365, "≈1.33 KiB"),
+        (1000, "1000 B"),
+    ],
+)
+def test_byte_labels_are_exact_in_the_largest_unit(n, text):
+    assert human_bytes(n) == text
+
+
+def test_labels_and_plurals():
+    mqa = kv_cache_state(
+        layers=1, positions=512, q_heads=1, kv_heads=1, head_dim=64, dtype="float16"
+    )
+    assert mqa["group_size"] == 1
+    fig = kv_cache_calculator(q_heads=1, kv_heads=1).figure()
+    assert "1 query head per KV head" in fig.axes[0].get_title()
+    largest = kv_cache_state(
+        layers=128,
+        positions=131072,
+        q_heads=128,
+        kv_heads=128,
+        head_dim=256,
+        dtype="float32",
+        batch=64,
+    )
+    assert largest["label"] == "256 TiB" and largest["variants"][2]["label"] == "2 TiB"
+
+
+def test_whole_floats_count_as_ints_and_fractions_are_refused():
+    base = dict(layers=32, q_heads=32, kv_heads=8, head_dim=128, dtype="bfloat16")
+    assert kv_cache_state(positions=4096.0, **base) == kv_cache_state(positions=4096, **base)
+    assert kv_cache_calculator(positions=4096.0).params["positions"] == 4096
+    with pytest.raises(ValueError, match=r"layers must be a whole number, got 70\.5"):
+        kv_cache_state(**(base | {"layers": 70.5}), positions=4096)
+
+
 def test_html_face_has_every_control():
     page = kv_cache_calculator().html()
     for control in SPEC.controls:
@@ -126,7 +174,7 @@ def test_html_face_has_every_control():
     assert 'data-widget="kv_cache_calculator"' in page
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+@pytest.mark.skipif(shutil.which("node") is None and not REQUIRE, reason="Node.js is not installed")
 def test_javascript_is_exact_at_the_largest_setting():
     largest = dict(
         layers=128,

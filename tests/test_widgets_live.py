@@ -1,13 +1,19 @@
-"""The two-faced widget framework (attnbook.widgets._live), tested without a browser."""
+"""The two-faced widget framework (attnbook.widgets._live), tested without a browser.
+
+The kernel face's protocol is driven here from Python, as the JavaScript drives it: set
+``params`` with a request number ``_seq`` and read back ``state``, ``error`` and ``seq``.
+"""
 
 from __future__ import annotations
 
 import re
+import sys
+import types
 
 import pytest
 
 from attnbook.widgets import WIDGETS, LiveWidget, spec
-from attnbook.widgets._live import Control, WidgetSpec, js_source
+from attnbook.widgets._live import Control, WidgetSpec, esm_source, js_source
 
 
 def _toy_compute(*, n: int, scale: float, flag: bool, mode: str) -> dict:
@@ -48,9 +54,10 @@ def test_state_uses_defaults_and_overrides():
     ("params", "error", "match"),
     [
         ({"n": 9}, ValueError, r"n must lie in \[1, 5\], got 9"),
-        ({"n": 2.5}, TypeError, "n must be an integer"),
-        ({"scale": "big"}, TypeError, "scale must be a number"),
-        ({"flag": 1}, TypeError, "flag must be a bool"),
+        ({"n": 2.5}, ValueError, "n must be a whole number, got 2.5"),
+        ({"n": "2"}, TypeError, "n must be a whole number"),
+        ({"scale": "big"}, TypeError, "scale must be a real number"),
+        ({"flag": 1}, TypeError, "flag must be True or False"),
         ({"mode": "c"}, ValueError, r"mode must be one of \['a', 'b'\]"),
         ({"width": 3}, ValueError, r"has no control named \['width'\]"),
         ({"n": 3, "mode": "b"}, ValueError, "impossible in mode b"),
@@ -61,17 +68,81 @@ def test_bad_settings_are_rejected_with_a_message(params, error, match):
         LiveWidget(TOY, **params)
 
 
-def test_kernel_face_rejects_impossible_combinations_without_a_traceback():
+def test_whole_floats_are_accepted_and_converted_exactly():
+    widget = LiveWidget(TOY, n=4.0, scale=1)
+    assert widget.params["n"] == 4 and type(widget.params["n"]) is int
+    assert widget.params["scale"] == 1.0 and type(widget.params["scale"]) is float
+    select = Control("size", "size", "select", 4096, options=(512, 4096))
+    assert type(select.check(4096.0)) is int  # the declared option itself
+    with pytest.raises(ValueError, match="b must be one of"):
+        Control("b", "b", "select", 1, options=(1, 2)).check(True)  # True == 1, but a bool
+
+
+def _request(face, seq, **params):
+    """What the JavaScript sends: every control's value and the request number."""
+    face.params = {**face.params, **params, "_seq": seq}
+
+
+def test_kernel_face_answers_each_request_with_state_and_sequence_number():
+    widget = LiveWidget(TOY, n=2)
+    face = widget.widget()
+    assert face is widget.widget()  # built once
+    assert face.state["total"] == 1.0 and face.seq == 0 and face.error == ""
+    _request(face, 5, n=4, flag=True)
+    assert face.seq == 5 and face.state["_seq"] == 5 and face.error == ""
+    assert face.state["total"] == 4.0 and widget.params["n"] == 4
+
+
+def test_kernel_face_rejects_impossible_combinations_and_keeps_the_last_state():
     widget = LiveWidget(TOY, n=3)
-    box = widget.ipywidget()
-    before = widget._image.value
-    assert before  # the first picture is drawn when the face is built
-    assert widget.update(mode="b") is False
-    assert "impossible in mode b" in widget._message.value
-    assert widget.params["mode"] == "a" and widget._image.value == before
-    assert widget.update(n=4, mode="b") is True
-    assert widget._message.value == "" and widget._image.value != before
-    assert box is widget.ipywidget()  # built once
+    face = widget.widget()
+    _request(face, 1, scale=1.0)
+    good = dict(face.state)
+    _request(face, 2, mode="b")  # n = 3 in mode b: impossible
+    assert face.seq == 2 and "impossible in mode b" in face.error
+    assert face.state == good and widget.params["mode"] == "a"
+    _request(face, 3, n=9)  # outside the slider
+    assert face.seq == 3 and "n must lie in [1, 5]" in face.error and face.state == good
+    _request(face, 4, n=4, mode="b")
+    assert face.error == "" and face.state["_seq"] == 4 and face.state["mode"] == "b"
+
+
+def test_update_from_python_reaches_the_kernel_face():
+    widget = LiveWidget(TOY)
+    face = widget.widget()
+    assert widget.update(n=5) is True
+    assert face.params["n"] == 5 and face.state["total"] == 2.5 and face.seq == 1
+    assert widget.update(n=3, mode="b") is False
+    assert "impossible" in widget.error and face.state["total"] == 2.5 and face.seq == 2
+    assert widget.update(n=1) is True and widget.error == ""
+
+
+def test_markup_carries_the_called_values():
+    page = LiveWidget(TOY, n=4, scale=0.3, flag=True, mode="b").html()
+    assert re.search(r'name="n" data-type="int" min="1" max="5" step="1" value="4"', page)
+    assert 'value="0.3"' in page and '<output name="n-out">4</output>' in page
+    assert re.search(r'name="flag" data-type="bool" checked', page)
+    assert '<option value="b" selected>' in page and '<option value="a">' in page
+
+
+def test_a_slider_can_follow_the_state():
+    capped = WidgetSpec(
+        name="softmax_saturation",
+        title="capped",
+        controls=(Control("k", "k", "range", 3, min=0, max=9, integer=True, max_from="top"),),
+        compute=lambda *, k: {"top": 4, "k": min(k, 4)},
+        draw=_toy_draw,
+    )
+    widget = LiveWidget(capped, k=7)
+    assert widget.params == {"k": 4}  # shown at the state's maximum
+    assert re.search(r'max="4" step="1" value="4" data-max-from="top"', widget.html())
+
+
+def test_esm_is_the_static_javascript_plus_an_entry_point():
+    module = esm_source("mask_explorer")
+    assert js_source("runtime") in module and js_source("mask_explorer") in module
+    assert "export default" in module and "kernelView" in module
+    assert "import " not in module and "https://" not in module  # nothing from a CDN
 
 
 def test_html_face_is_self_contained_and_escaped():
@@ -83,7 +154,9 @@ def test_html_face_is_self_contained_and_escaped():
         assert f'name="{control.name}"' in first
     assert "Toy &lt;widget&gt;" in first and "<widget>" not in first
     # Visible text says the script has not run; the script swaps in the live note on mount.
-    assert re.search(r'data-live="Live on this page[^"]*">The script behind this figure', first)
+    assert re.search(
+        r'data-live="Live on this page[^"]*" data-kernel="[^"]+">The script behind', first
+    )
     assert js_source("runtime") in first
     assert "http://" not in first.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in first
@@ -92,10 +165,46 @@ def test_html_face_is_self_contained_and_escaped():
 def test_mime_bundle_has_both_faces_and_the_static_build_gets_only_html(monkeypatch):
     widget = LiveWidget(TOY)
     bundle = widget._repr_mimebundle_()
-    assert {"text/html", "text/plain", "application/vnd.jupyter.widget-view+json"} <= set(bundle)
+    view = bundle["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] == widget.widget().model_id and view["version_major"] == 2
+    assert {"text/html", "text/plain"} <= set(bundle)
     monkeypatch.setenv("ATTNBOOK_WIDGETS", "static")
     static = widget._repr_mimebundle_()
     assert set(static) == {"text/html", "text/plain"}
+
+
+def _fake_colab(monkeypatch, calls):
+    output = types.ModuleType("google.colab.output")
+    output.enable_custom_widget_manager = lambda: calls.append("enabled")
+    output._widgets = types.SimpleNamespace(_installed_url="https://colab.example/manager.js")
+    colab = types.ModuleType("google.colab")
+    colab.output = output
+    google = types.ModuleType("google")
+    google.colab = colab
+    for name, module in (
+        ("google", google),
+        ("google.colab", colab),
+        ("google.colab.output", output),
+    ):
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_colab_gets_its_widget_manager_and_nothing_happens_elsewhere(monkeypatch):
+    from attnbook.runtime import _colab_widgets
+
+    calls = []
+    _colab_widgets()  # not in Colab: nothing, no error
+    _fake_colab(monkeypatch, calls)
+    _colab_widgets()
+    assert calls == ["enabled"]
+    bundle, metadata = LiveWidget(TOY)._repr_mimebundle_()
+    assert "text/html" in bundle
+    assert metadata["application/vnd.jupyter.widget-view+json"]["colab"]
+    broken = types.ModuleType("google.colab.output")
+    broken.enable_custom_widget_manager = lambda: 1 / 0
+    monkeypatch.setitem(sys.modules, "google.colab.output", broken)
+    monkeypatch.setattr(sys.modules["google.colab"], "output", broken)
+    _colab_widgets()  # a Colab whose call fails: still no error
 
 
 def test_figure_and_small_multiples_are_labelled():
@@ -116,6 +225,13 @@ def test_every_shipped_widget_builds_both_faces(name):
     assert widget_spec.name == name
     widget = LiveWidget(widget_spec)
     assert "globalThis.attnbook.mount" in widget.html()
+    face = widget.widget()
+    assert face.state and face.widget_name == name
+
+    def strip_ids(text):
+        return re.sub(r'id="[^"]+"', "", text)
+
+    assert strip_ids(face.markup) in strip_ids(widget.html()), "the faces' DOM differs"
     assert widget.figure().axes, f"{name}: draw() made no axes"
     for ax in widget.figure().axes:
         if ax.get_visible() and ax.has_data():

@@ -83,6 +83,14 @@ def test_impossible_settings_are_rejected():
         mask_state(t_q=2, t_k=3, causal=True, offset=0, length=4, doc_len=8)
 
 
+def test_whole_floats_count_as_ints_and_fractions_are_refused():
+    assert mask_state(t_q=3.0, t_k=6, causal=True, offset=-2.0, length=6, doc_len=8) == (
+        mask_state(t_q=3, t_k=6, causal=True, offset=-2, length=6, doc_len=8)
+    )
+    with pytest.raises(ValueError, match=r"offset must be a whole number, got 0\.5"):
+        mask_state(t_q=3, t_k=6, causal=True, offset=0.5, length=6, doc_len=8)
+
+
 def test_html_contains_every_control():
     page = mask_explorer().html()
     for control in SPEC.controls:

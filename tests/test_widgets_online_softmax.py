@@ -102,8 +102,24 @@ def test_a_step_past_the_last_block_shows_the_finished_state():
     past = online_softmax_state(step=9, block_size=8, order="left to right")
     done = online_softmax_state(step=2, block_size=8, order="left to right")
     assert past == done and past["step"] == past["n_blocks"] == 2
-    with pytest.raises(ValueError, match=r"step must be an int in \[0, 16\], got 17"):
+    with pytest.raises(ValueError, match=r"step must be a whole number in \[0, 16\], got 17"):
         online_softmax_state(step=17, block_size=8, order="left to right")
+    with pytest.raises(ValueError, match=r"block_size must be a whole number, got 2\.5"):
+        online_softmax_state(step=1, block_size=2.5, order="left to right")
+    assert online_softmax_state(step=3.0, block_size=4.0, order="left to right") == (
+        online_softmax_state(step=3, block_size=4, order="left to right")
+    )
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_the_step_slider_runs_to_the_block_count(block_size):
+    n_blocks = math.ceil(16 / block_size)
+    widget = online_softmax_stepper(step=16, block_size=block_size)
+    assert widget.params["step"] == n_blocks  # opens at the last block, not past it
+    page = widget.html()
+    assert f'max="{n_blocks}" step="1" value="{n_blocks}" data-max-from="n_blocks"' in page
+    (control,) = (c for c in SPEC.controls if c.name == "step")
+    assert control.max_from == "n_blocks"
 
 
 def test_update_accepts_a_possible_setting():

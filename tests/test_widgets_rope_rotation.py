@@ -71,6 +71,22 @@ def test_impossible_settings_are_rejected():
         rope_state(m=0, n=0, pair=D // 2, log10_base=4.0)
 
 
+def test_every_control_moves_the_default_picture():
+    widget = rope_rotation()
+    assert widget.params["pair"] == 1  # pair 0 turns 1 rad/position for every base
+    base = widget.state()
+    for change in ({"m": 2}, {"n": 4}, {"pair": 2}, {"log10_base": 3.0}):
+        assert widget.state(**change)["score"] != pytest.approx(base["score"]), change
+    assert rope_state(m=0, n=1, pair=0, log10_base=2.0)["theta"] == 1.0
+
+
+def test_the_curve_covers_every_offset_the_sliders_make():
+    (m,) = (c for c in SPEC.controls if c.name == "m")
+    state = rope_state(m=int(m.max), n=0, pair=1, log10_base=4.0)
+    assert state["offset"] == -m.max and state["curve_offset"][0] == -m.max
+    assert state["curve_offset"][-1] == m.max
+
+
 def test_html_contains_every_control():
     page = rope_rotation().html()
     for control in SPEC.controls:

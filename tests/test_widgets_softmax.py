@@ -53,6 +53,7 @@ def test_fixed_scores_are_standardised():
 
 def test_division_makes_the_state_independent_of_dk():
     states = [softmax_state(scale=1.3, d_k=d_k, divide=True) for d_k in D_KS]
+    assert [s.pop("d_k") for s in states] == list(D_KS)  # echoed, and nothing else moves
     assert all(s == states[0] for s in states)
 
 
@@ -102,6 +103,22 @@ def test_impossible_settings_are_rejected_without_raising():
     assert widget.params == {"scale": 2.0, "d_k": 64, "divide": False}
     with pytest.raises(ValueError, match="scale must be positive"):
         softmax_state(scale=-1.0, d_k=4, divide=True)
+
+
+def test_the_scale_slider_covers_the_whole_curve():
+    (control,) = (c for c in SPEC.controls if c.name == "scale")
+    state = softmax_state(scale=1.0, d_k=64, divide=True)
+    assert control.min == min(state["curve_scale"]) and control.max == max(state["curve_scale"])
+
+
+def test_whole_floats_count_as_ints_and_fractions_are_refused():
+    assert softmax_state(scale=1, d_k=64.0, divide=True) == softmax_state(
+        scale=1.0, d_k=64, divide=True
+    )
+    with pytest.raises(ValueError, match=r"d_k must be a whole number, got 64\.5"):
+        softmax_state(scale=1.0, d_k=64.5, divide=True)
+    with pytest.raises(TypeError, match="divide must be True or False"):
+        softmax_state(scale=1.0, d_k=64, divide="yes")
 
 
 def test_html_face_has_every_control_and_the_script():

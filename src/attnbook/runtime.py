@@ -34,6 +34,7 @@ def setup(seed: int = 0, *, threads: int = 1) -> None:
     torch.set_num_threads(threads)
     _inline_figures()  # first: it may reset rcParams that the book's style then sets
     use_style()
+    _colab_widgets()
 
 
 def _inline_figures() -> None:
@@ -47,3 +48,19 @@ def _inline_figures() -> None:
     shell = get_ipython()
     if shell is not None and getattr(shell, "kernel", None) is not None:
         shell.run_line_magic("matplotlib", "inline")
+
+
+def _colab_widgets() -> None:
+    # Colab draws third-party widgets (the book's anywidgets) only with its custom widget
+    # manager turned on. anywidget does this when a widget is built; doing it here as well
+    # makes it explicit. Only in Colab, and never an error: elsewhere this does nothing.
+    import sys
+
+    if "google.colab" not in sys.modules:  # not in Colab
+        return
+    try:
+        from google.colab import output
+
+        output.enable_custom_widget_manager()
+    except Exception:  # an older or changed Colab: the HTML face still shows
+        pass

@@ -1,43 +1,66 @@
-"""Two faces for one widget: ipywidgets for a live kernel, HTML + JavaScript for the static site.
+"""One widget, one drawing, two faces: an anywidget in a kernel, HTML + JavaScript on the site.
 
-Why this design
----------------
-A reader of the website has no kernel, so an ipywidgets slider embedded in a page moves
-nothing. Every widget in this package is therefore declared once, as a :class:`WidgetSpec`:
+The contract (what a new widget provides)
+-----------------------------------------
+A widget is declared once, as a :class:`WidgetSpec`:
 
-* its controls (``Control``), from which *both* faces build their inputs;
-* ``compute(**params) -> state``: the numbers the widget shows, a plain dict;
-* ``draw(state, fig)``: the matplotlib picture of a state (used by the kernel face, by
-  static figures and by tests, without a browser);
-* a small JavaScript file (``widgets/js/<name>.js``) that re-implements ``compute`` in a few
-  lines and draws the state as SVG. The arithmetic here is tiny (a softmax, a 2-D rotation, a
-  byte count, a mask rule, a running max), so the JavaScript computes every setting exactly
-  instead of swapping precomputed frames; that keeps each page's added weight at a few KB.
-  ``tests/test_widgets_js.py`` runs the JavaScript in Node and checks it against ``compute``
-  for a grid of settings, so the two implementations cannot drift apart silently.
+* ``controls``: its inputs (:class:`Control`); Python writes their markup, carrying the
+  values the widget was called with, so both faces (and an untrusted notebook, whose scripts
+  are stripped) open as called;
+* ``compute(**params) -> state``: the numbers the widget shows, a JSON-able dict. Python is
+  authoritative; ``compute`` rejects an impossible setting with a ValueError/TypeError whose
+  message names the argument (the faces show that message, styled as an error, and keep the
+  last good picture);
+* ``js/<name>.js``: registers ``globalThis.attnbook.widgets[name] = {compute, render,
+  readout}``. ``compute(params, data)`` re-implements the Python ``compute`` (a grid of
+  settings is checked against it in Node, ``tests/test_widgets_js.py``); ``render(state,
+  width)`` returns the SVG of a state laid out for ``width`` CSS pixels *at scale 1* (so the
+  text sizes it writes, >= 10 px, are the sizes on screen; :func:`ab.panels` stacks two panels
+  when narrow) and is called again whenever the width changes; ``readout(state)`` is one line
+  of text. Text is drawn in ``currentColor`` (the page's colour), so the drawing suits dark
+  pages as well as light ones; colour is carried by marks, never by text;
+* ``draw(state, fig)`` / ``panel(state, ax)``: matplotlib pictures for static figures
+  (:meth:`LiveWidget.figure`, :meth:`LiveWidget.small_multiples`, PDF). They are off the
+  interactive path.
 
-Choosing the static mechanism, widget by widget
-----------------------------------------------
-Three mechanisms keep a control live without a kernel: precomputed frames swapped by a range
-input (matplotlib's ``to_jshtml``; ~10 KB a frame, one parameter), a grid of precomputed
-states for two parameters (frames multiply), or the arithmetic itself in JavaScript. Each
-widget here has three or more controls, so frames would need hundreds to thousands of PNGs,
-while its arithmetic is a few lines; every one therefore recomputes in JavaScript:
+A :class:`Control` may declare ``max_from="n_blocks"``: its slider's maximum is then that
+entry of the current state (e.g. the online-softmax stepper's "blocks merged").
 
-=======================  =======================================  ===========================
-widget                   what the JavaScript recomputes           why not frames
-=======================  =======================================  ===========================
-softmax_saturation       softmax, entropy, Jacobian norm, curve   3 controls, continuous scale
-kv_cache_calculator      exact integer byte counts (< 2**53)      7 controls, millions of settings
-mask_explorer            the causal/padding/segment mask rule     6 controls, a grid per setting
-rope_rotation            2-D rotations and the score curve        4 controls, continuous base
-online_softmax_stepper   block states and their exact merges      3 controls, data-dependent
-=======================  =======================================  ===========================
+The two faces, and why
+----------------------
+Both faces are the same DOM (the markup from :meth:`LiveWidget.markup`) driven by the same
+JavaScript (``js/runtime.js`` + ``js/<name>.js``), so there is one drawing, the SVG that
+``render`` draws:
 
-Displaying a :class:`LiveWidget` returns one MIME bundle holding both faces. JupyterLab and
-Colab prefer the widget view (the sliders call back into Python); the book build is told to
-prefer ``text/html`` (``nb_mime_priority_overrides`` in ``_config.yml``), so the site shows
-the JavaScript face, which stays interactive with no kernel and no network.
+* **Static face** (:meth:`LiveWidget.html`, the website, ``ATTNBOOK_WIDGETS=static``): an
+  inline script mounts the markup and recomputes every setting in JavaScript. No kernel, no
+  network, a few KB per widget. The arithmetic is tiny (a softmax, a 2-D rotation, a byte
+  count, a mask rule, a running max), so the JavaScript computes each setting exactly rather
+  than swapping precomputed frames (every widget has 3-7 controls: frames would multiply).
+* **Kernel face** (:meth:`LiveWidget.widget`, JupyterLab, Notebook, Colab): an anywidget whose
+  ES module is that same JavaScript plus an entry point. On every input event the module
+  draws its own JavaScript prediction at once, then sends ``params`` (with a request number
+  ``_seq``) to Python; Python validates, computes and answers in one message: ``state``
+  (echoing ``_seq``), ``error`` (``""`` or the reason it refused; the last good state stays)
+  and ``seq``. The module redraws from Python's state, which is authoritative, and records on
+  the root whether its prediction agreed (``data-agree``, ``data-max-diff``,
+  ``data-disagreements``). A notebook saved with widget state reopens drawn from the saved
+  ``state``; with no kernel the JavaScript keeps the controls live.
+
+Why not ipywidgets sliders and a matplotlib PNG (the previous kernel face): measured in real
+JupyterLab 4.6 and in Classic Notebook 6 + ipywidgets 7 (Colab's line) on this 2-core machine
+(``benchmarks/widget_latency.py``), a control change took 125-209 ms (Lab) and 145-213 ms
+(Classic) to reach the screen as a new PNG, and a 0.5 s drag of 15 moves produced 2-6
+pictures. With this face the JavaScript frame is on screen within a few ms of each move,
+every move of a drag gives a frame, and Python's reconciled frame follows one round trip
+later (medians in ``benchmarks/RESULTS.md``). The face also draws the same picture as the
+website, where the PNG face could not.
+
+``_repr_mimebundle_`` returns the widget view (written out by hand: ipywidgets 7.x has no
+``_repr_mimebundle_``), ``text/html`` (the static face) and ``text/plain``. JupyterLab and
+Colab prefer the widget view; the book build sets ``ATTNBOOK_WIDGETS=static`` and gets only
+the HTML. In Colab, anywidget turns on Colab's custom widget manager when the widget is
+built; :func:`attnbook.setup` does so explicitly, and only there.
 """
 
 from __future__ import annotations
@@ -52,13 +75,16 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-__all__ = ["Control", "LiveWidget", "WidgetSpec", "js_source"]
+from attnbook._checks import require_bool, require_integral, require_real
+
+__all__ = ["Control", "LiveWidget", "WidgetSpec", "esm_source", "js_source"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _ids = itertools.count()  # deterministic element ids in a fresh kernel (strict nbval)
 
-# Shown until the script runs; mount() swaps in LIVE_NOTE. A reader sees it with JavaScript
-# off, or in JupyterLab, which strips the scripts of an untrusted notebook's stored outputs.
+# Shown until the script runs; mount() swaps in LIVE_NOTE (or KERNEL_NOTE). A reader sees it
+# with JavaScript off, or in JupyterLab, which strips the scripts of an untrusted notebook's
+# stored outputs (the controls then still show the values the widget was called with).
 NOT_RUN_NOTE = (
     "The script behind this figure has not run here: in Jupyter, re-run the cell (or trust "
     "the notebook); the static figures nearby carry the same lesson."
@@ -67,27 +93,49 @@ LIVE_NOTE = (
     "Live on this page: the controls recompute in your browser. "
     "The full widget, with Python behind it, runs in JupyterLab or Colab."
 )
+KERNEL_NOTE = "Live: your browser draws each move at once and Python recomputes it."
 
-
-# Scoped to .attnbook-widget; the drawing sits on white so it stays legible in dark mode.
+# Scoped to .attnbook-widget. No background of its own: the widget takes the page's colours
+# (light or dark); an error is styled as one, with 4.5:1 contrast in both themes.
 _CSS = (
-    ".attnbook-widget{border:1px solid #bbb;border-radius:6px;padding:.5em .9em;"
-    "margin:1em 0;max-width:680px}"
+    ".attnbook-widget{border:1px solid rgba(128,128,128,.5);border-radius:6px;"
+    "padding:.5em .8em;margin:1em 0;max-width:760px;color:inherit;background:transparent;"
+    "box-sizing:border-box}"
     ".attnbook-widget .attnbook-controls{display:flex;flex-wrap:wrap;gap:.3em 1.2em;"
     "align-items:center;font-size:.9em}"
-    ".attnbook-widget input[type=range]{vertical-align:middle;width:9em}"
-    ".attnbook-widget .attnbook-live-note{font-size:.85em;opacity:.8;margin:.2em 0}"
-    ".attnbook-widget .attnbook-view{background:#fff;border-radius:4px}"
-    ".attnbook-widget .attnbook-readout{font-family:monospace;font-size:.85em;min-height:1.2em}"
+    ".attnbook-widget input[type=range]{vertical-align:middle;width:9em;max-width:60vw}"
+    ".attnbook-widget output{display:inline-block;min-width:2.5em;margin-left:.3em}"
+    ".attnbook-widget .attnbook-live-note{font-size:.85em;margin:.2em 0}"
+    ".attnbook-widget .attnbook-view{width:100%;min-height:1em}"
+    ".attnbook-widget .attnbook-view svg{display:block;max-width:100%;height:auto;"
+    "overflow:visible}"
+    ".attnbook-widget .attnbook-readout{font-family:monospace;font-size:.85em;"
+    "min-height:1.2em;overflow-wrap:anywhere;margin:.3em 0}"
+    ".attnbook-widget .attnbook-error{color:#a4262c;background:#fde7e9;"
+    "border-left:4px solid #a4262c;padding:.25em .5em;font-family:inherit}"
+    ".attnbook-widget .attnbook-error::before{content:'Not possible: ';font-weight:bold}"
+    "html[data-theme=dark] .attnbook-widget .attnbook-error,"
+    "body[data-jp-theme-light=false] .attnbook-widget .attnbook-error"
+    "{color:#ffb3b8;background:#3d1316;border-color:#ffb3b8}"
+    "html[data-theme=dark] .attnbook-widget,body[data-jp-theme-light=false] .attnbook-widget"
+    "{color-scheme:dark}"
 )
+
+
+def _show(value: Any) -> str:
+    """A control value as the browser writes it (``4.0`` -> ``4``, as ``input.value`` does)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 @dataclass(frozen=True)
 class Control:
-    """One input of a widget, shared by the ipywidgets face and the HTML face.
+    """One input of a widget; Python writes its markup, both faces use it.
 
     ``kind`` is ``"range"`` (a slider from ``min`` to ``max`` by ``step``; ``integer`` picks
-    an int slider), ``"checkbox"`` (a bool) or ``"select"`` (one of ``options``).
+    whole numbers), ``"checkbox"`` (a bool) or ``"select"`` (one of ``options``).
+    ``max_from`` names a state entry that caps the slider (its range follows the state).
     """
 
     name: str
@@ -99,29 +147,37 @@ class Control:
     step: float = 1.0
     integer: bool = False
     options: tuple[Any, ...] = ()
+    max_from: str | None = None
 
     def check(self, value: Any) -> Any:
-        """Return ``value`` coerced to this control's type, or raise naming the control."""
-        if self.kind == "checkbox":
-            if not isinstance(value, bool):
-                raise TypeError(f"{self.name} must be a bool, got {value!r}")
-            return value
-        if self.kind == "select":
-            if value not in self.options:
-                raise ValueError(f"{self.name} must be one of {list(self.options)}, got {value!r}")
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"{self.name} must be a number, got {value!r}")
-        if self.integer and int(value) != value:
-            raise TypeError(f"{self.name} must be an integer, got {value!r}")
-        if not self.min <= value <= self.max:
-            raise ValueError(f"{self.name} must lie in [{self.min}, {self.max}], got {value!r}")
-        return int(value) if self.integer else float(value)
+        """Return ``value`` as this control's type, or raise naming the control.
 
-    def html(self) -> str:
+        Whole-number floats are accepted where an integer is needed (``4096.0`` is 4096);
+        ``70.5`` is not.
+        """
+        if self.kind == "checkbox":
+            return require_bool(self.name, value)
+        if self.kind == "select":
+            for option in self.options:
+                same_kind = isinstance(option, str) == isinstance(value, str)
+                if same_kind and not isinstance(value, bool) and option == value:
+                    return option  # the declared option itself: 4096.0 -> 4096
+            raise ValueError(f"{self.name} must be one of {list(self.options)}, got {value!r}")
+        number = (
+            require_integral(self.name, value) if self.integer else require_real(self.name, value)
+        )
+        if not self.min <= number <= self.max:
+            raise ValueError(
+                f"{self.name} must lie in [{_show(self.min)}, {_show(self.max)}], got {value!r}"
+            )
+        return number
+
+    def html(self, value: Any = None, maximum: float | None = None) -> str:
+        """The control's markup, set to ``value`` (default: its own) and capped at ``maximum``."""
+        value = self.value if value is None else value
         label = html.escape(self.label)
         if self.kind == "checkbox":
-            checked = " checked" if self.value else ""
+            checked = " checked" if value else ""
             return (
                 f'<label>{label} <input type="checkbox" name="{self.name}" '
                 f'data-type="bool"{checked}></label>'
@@ -130,7 +186,7 @@ class Control:
             kind = "int" if all(isinstance(o, int) for o in self.options) else "str"
             items = "".join(
                 f'<option value="{html.escape(str(o))}"'
-                f"{' selected' if o == self.value else ''}>{html.escape(str(o))}</option>"
+                f"{' selected' if o == value else ''}>{html.escape(str(o))}</option>"
                 for o in self.options
             )
             return (
@@ -138,31 +194,13 @@ class Control:
                 f"{items}</select></label>"
             )
         kind = "int" if self.integer else "float"
+        top = self.max if maximum is None else maximum
+        limit = f' data-max-from="{self.max_from}"' if self.max_from else ""
         return (
             f'<label>{label} <input type="range" name="{self.name}" data-type="{kind}" '
-            f'min="{self.min}" max="{self.max}" step="{self.step}" value="{self.value}">'
-            f'<output name="{self.name}-out">{self.value}</output></label>'
-        )
-
-    def ipywidget(self):
-        import ipywidgets as w
-
-        style = {"description_width": "initial"}
-        if self.kind == "checkbox":
-            return w.Checkbox(value=self.value, description=self.label, style=style)
-        if self.kind == "select":
-            return w.Dropdown(
-                options=list(self.options), value=self.value, description=self.label, style=style
-            )
-        slider = w.IntSlider if self.integer else w.FloatSlider
-        return slider(
-            value=self.value,
-            min=self.min,
-            max=self.max,
-            step=self.step,
-            description=self.label,
-            style=style,
-            continuous_update=True,
+            f'min="{_show(self.min)}" max="{_show(top)}" step="{_show(self.step)}" '
+            f'value="{_show(value)}"{limit}>'
+            f'<output name="{self.name}-out">{_show(value)}</output></label>'
         )
 
 
@@ -186,20 +224,56 @@ def js_source(name: str) -> str:
     return resources.files("attnbook.widgets").joinpath("js", f"{name}.js").read_text("utf-8")
 
 
+@cache
+def esm_source(name: str) -> str:
+    """The kernel face's ES module: the static face's JavaScript plus anywidget's entry."""
+    return (
+        f"{js_source('runtime')}\n{js_source(name)}\n"
+        "export default {\n"
+        "  render({ model, el }) {\n"
+        f"    return globalThis.attnbook.kernelView(model, el, {json.dumps(name)});\n"
+        "  },\n"
+        "};\n"
+    )
+
+
+@cache
+def _kernel_class():
+    """The anywidget class (built on first use, so importing the widgets stays cheap)."""
+    import anywidget
+    import traitlets
+
+    class KernelFace(anywidget.AnyWidget):
+        """Traits of the kernel face; see the module docstring for the protocol."""
+
+        widget_name = traitlets.Unicode().tag(sync=True)
+        markup = traitlets.Unicode().tag(sync=True)  # the same DOM as the static face
+        config = traitlets.Dict().tag(sync=True)  # {"data", "controls"}
+        params = traitlets.Dict().tag(sync=True)  # set by the JS, with "_seq"
+        state = traitlets.Dict().tag(sync=True)  # set by Python, echoing "_seq"
+        error = traitlets.Unicode("").tag(sync=True)
+        seq = traitlets.Int(0).tag(sync=True)  # the last request Python answered
+
+    return KernelFace
+
+
 class LiveWidget:
     """A widget ready to display; see the module docstring for its two faces.
 
     Args:
         spec: the widget's declaration.
-        params: initial values, one per control; each is validated by its control.
+        params: initial values, one per control; each is validated by its control (whole
+            floats such as ``4096.0`` become ints), then together by ``spec.compute``.
     """
 
     def __init__(self, spec: WidgetSpec, **params: Any):
         self.spec = spec
-        self.params = self._checked({c.name: c.value for c in spec.controls} | params)
-        self.spec.compute(**self.params)  # reject an impossible starting point early
-        self._box = None
-        self._positions = None  # axes positions of the kernel face's first laid-out picture
+        params = self._checked({c.name: c.value for c in spec.controls} | params)
+        state = self.spec.compute(**params)  # reject an impossible starting point early
+        self.params = self._clamped(params, state)
+        self._state = state
+        self._face = None
+        self._seq = 0
 
     def _checked(self, params: Mapping[str, Any]) -> dict[str, Any]:
         known = {c.name: c for c in self.spec.controls}
@@ -210,22 +284,27 @@ class LiveWidget:
             )
         return {name: known[name].check(value) for name, value in params.items()}
 
+    def _clamped(self, params: dict, state: dict) -> dict:
+        # A slider whose range follows the state shows at most that maximum (compute clamps).
+        out = dict(params)
+        for c in self.spec.controls:
+            if c.max_from and isinstance(state.get(c.max_from), int | float):
+                out[c.name] = min(out[c.name], state[c.max_from])
+        return out
+
     def state(self, **overrides: Any) -> dict:
         """The numbers shown for the current settings updated by ``overrides``."""
         return self.spec.compute(**(self.params | self._checked(overrides)))
 
     def figure(self, **overrides: Any):
-        """A matplotlib figure of :meth:`state` (what the kernel face displays)."""
-        return self._draw(self.state(**overrides), layout="constrained")
-
-    def _draw(self, state: dict, *, layout: str):
+        """A matplotlib figure of :meth:`state` (static figures; not the interactive path)."""
         from matplotlib.figure import Figure
 
         from attnbook.plots import use_style
 
         use_style()
-        fig = Figure(figsize=(6.4, 3.4), layout=layout)
-        self.spec.draw(state, fig)
+        fig = Figure(figsize=(6.4, 3.4), layout="constrained")
+        self.spec.draw(self.state(**overrides), fig)
         return fig
 
     def small_multiples(self, name: str, values, *, ncols: int | None = None, **fixed: Any):
@@ -256,23 +335,44 @@ class LiveWidget:
             ax.set_visible(False)
         return fig
 
-    # --- the static-site face -------------------------------------------------------------
-    def html(self) -> str:
-        """Self-contained HTML + JavaScript that recomputes in the browser (no kernel)."""
+    # --- the DOM both faces share ------------------------------------------------------------
+    def _config(self) -> dict:
+        controls = [
+            {"name": c.name, "kind": c.kind, "max_from": c.max_from} for c in self.spec.controls
+        ]
+        return {"data": dict(self.spec.data), "controls": controls}
+
+    def markup(self) -> str:
+        """The widget's DOM, controls set to the current values (no script)."""
         root = f"attnbook-{self.spec.name}-{next(_ids)}"
-        config = {"params": self.params, "data": dict(self.spec.data)}
-        controls = "\n".join(c.html() for c in self.spec.controls)
-        payload = json.dumps(config, sort_keys=True).replace("</", "<\\/")
+        controls = "\n".join(
+            c.html(
+                self.params[c.name],
+                self._state.get(c.max_from) if c.max_from else None,
+            )
+            for c in self.spec.controls
+        )
+        title = html.escape(self.spec.title)
         return f"""<style>{_CSS}</style>
 <div class="attnbook-widget" id="{root}" data-widget="{self.spec.name}">
-<p class="attnbook-title"><strong>{html.escape(self.spec.title)}</strong></p>
-<p class="attnbook-live-note" data-live="{html.escape(self.spec.live_note)}">{NOT_RUN_NOTE}</p>
+<p class="attnbook-title"><strong>{title}</strong></p>
+<p class="attnbook-live-note" data-live="{html.escape(self.spec.live_note)}" \
+data-kernel="{html.escape(KERNEL_NOTE)}">{NOT_RUN_NOTE}</p>
 <form class="attnbook-controls" onsubmit="return false">
 {controls}
 </form>
-<div class="attnbook-view" role="img" aria-label="{html.escape(self.spec.title)}"></div>
+<div class="attnbook-view" role="img" aria-label="{title}"></div>
 <p class="attnbook-readout" aria-live="polite"></p>
-</div>
+</div>"""
+
+    # --- the static-site face -----------------------------------------------------------------
+    def html(self) -> str:
+        """Self-contained HTML + JavaScript that recomputes in the browser (no kernel)."""
+        markup = self.markup()
+        root = markup.split('id="', 1)[1].split('"', 1)[0]
+        config = self._config() | {"params": self.params}
+        payload = json.dumps(config, sort_keys=True).replace("</", "<\\/")
+        return f"""{markup}
 <script>
 (function () {{
 {js_source("runtime")}
@@ -281,94 +381,103 @@ globalThis.attnbook.mount(document.getElementById("{root}"), "{self.spec.name}",
 }})();
 </script>"""
 
-    # --- the kernel face --------------------------------------------------------------------
-    def ipywidget(self):
-        """The ipywidgets face: the same controls, a PNG of :meth:`figure`, a message line."""
-        if self._box is None:
-            import ipywidgets as w
-
-            inputs = {c.name: c.ipywidget() for c in self.spec.controls}
-            image = w.Image(format="png")
-            message = w.HTML()
-            for name, control in inputs.items():
-                control.value = self.params[name]
-                control.observe(
-                    lambda change, n=name: self.update(**{n: change["new"]}), names="value"
-                )
-            self._inputs, self._image, self._message = inputs, image, message
-            self._box = w.VBox(
-                [
-                    w.HTML(f"<b>{html.escape(self.spec.title)}</b>"),
-                    w.HBox(list(inputs.values()), layout=w.Layout(flex_flow="row wrap")),
-                    image,
-                    message,
-                ]
+    # --- the kernel face ------------------------------------------------------------------------
+    def widget(self):
+        """The kernel face: an anywidget (built once) drawing with the same JavaScript."""
+        if self._face is None:
+            face = _kernel_class()(
+                _esm=esm_source(self.spec.name),
+                widget_name=self.spec.name,
+                markup=self.markup(),
+                config=self._config(),
+                params=dict(self.params),
+                state={**self._state, "_seq": self._seq},
+                seq=self._seq,
             )
-            self.update()
-        return self._box
+            face.observe(self._on_params, names="params")
+            self._face = face
+        return self._face
+
+    def _on_params(self, change) -> None:
+        """A request from the JavaScript: validate, compute, answer in one message."""
+        request = dict(change["new"])
+        seq = request.pop("_seq", None)
+        if seq is None:  # set from Python (update), already answered
+            return
+        face = self._face
+        try:
+            candidate = self.params | self._checked(request)
+            state = self.spec.compute(**candidate)
+        except (TypeError, ValueError) as error:
+            with face.hold_sync():
+                face.error = str(error)
+                face.seq = self._seq = int(seq)
+            return
+        self.params, self._state = self._clamped(candidate, state), state
+        with face.hold_sync():
+            face.error = ""
+            face.state = {**state, "_seq": int(seq)}
+            face.seq = self._seq = int(seq)
 
     def update(self, **params: Any) -> bool:
-        """Apply new settings to the kernel face; returns False (and says why) if rejected.
+        """Apply new settings from Python; returns False (and says why) if rejected.
 
-        An impossible combination shows a one-line message instead of a traceback and keeps
-        the last good picture.
+        An impossible combination shows its message, styled as an error, and keeps the last
+        good picture.
         """
-        import io
-
-        import matplotlib as mpl
-
         try:
             candidate = self.params | self._checked(params)
-            self.spec.compute(**candidate)
+            state = self.spec.compute(**candidate)
         except (TypeError, ValueError) as error:
-            if self._box is not None:
-                self._message.value = (
-                    f"<span style='color:#D55E00'>{html.escape(str(error))}</span>"
-                )
+            if self._face is not None:
+                with self._face.hold_sync():
+                    self._seq += 1
+                    self._face.error = str(error)
+                    self._face.seq = self._seq
             return False
-        self.params = candidate
-        if self._box is not None:
-            fig, buffer = self._kernel_figure(), io.BytesIO()
-            # A "tight" bounding box (the book's default for saved figures) would draw twice.
-            with mpl.rc_context({"savefig.bbox": "standard"}):
-                fig.savefig(buffer, format="png")
-            self._image.value = buffer.getvalue()
-            self._message.value = ""
+        self.params, self._state = self._clamped(candidate, state), state
+        if self._face is not None:
+            with self._face.hold_sync():
+                self._seq += 1
+                self._face.params = dict(self.params)
+                self._face.error = ""
+                self._face.state = {**state, "_seq": self._seq}
+                self._face.seq = self._seq
         return True
 
-    def _kernel_figure(self):
-        """The figure for the kernel face, laid out once and then reused.
-
-        Constrained layout is half the cost of a redraw, so the axes positions it finds for
-        the first picture are kept for the following ones (while the axes stay the same),
-        which keeps a slider move within the 100 ms a reader notices.
-        """
-        saved = self._positions
-        fig = self._draw(self.state(), layout="none" if saved else "constrained")
-        if saved and len(saved) == len(fig.axes):
-            for ax, position in zip(fig.axes, saved, strict=True):
-                ax.set_position(position)
-        elif saved:  # the axes changed: lay this figure out afresh
-            fig.set_layout_engine("constrained")
-            saved = None
-        if not saved:
-            fig.draw_without_rendering()  # runs the layout, so the positions below are final
-            self._positions = [ax.get_position() for ax in fig.axes]
-        return fig
+    @property
+    def error(self) -> str:
+        """The kernel face's message for the last rejected setting (``""`` if none)."""
+        return "" if self._face is None else self._face.error
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         # The static-site build sets ATTNBOOK_WIDGETS=static: no kernel will be there to
-        # answer the sliders, so only the JavaScript face is emitted (and no widget state
+        # answer the controls, so only the JavaScript face is emitted (and no widget state
         # is saved, which would make each page load the 3.6 MB widget manager for nothing).
-        bundle = {}
+        bundle, metadata = {}, {}
         if os.environ.get("ATTNBOOK_WIDGETS") != "static":
             # Written out rather than asking ipywidgets, whose 7.x line (still Colab's
             # default) has no _repr_mimebundle_; a view needs only the model's id.
             bundle[WIDGET_VIEW] = {
                 "version_major": 2,
                 "version_minor": 0,
-                "model_id": self.ipywidget().model_id,
+                "model_id": self.widget().model_id,
             }
+            metadata = _colab_metadata()
         bundle["text/html"] = self.html()
         bundle["text/plain"] = f"{self.spec.title} (interactive: run in JupyterLab or Colab)"
-        return bundle
+        return (bundle, metadata) if metadata else bundle
+
+
+def _colab_metadata() -> dict:
+    """In Colab, the custom widget manager's URL (what anywidget's own repr adds); else {}."""
+    import sys
+
+    if "google.colab.output" not in sys.modules:
+        return {}
+    try:
+        from anywidget._util import get_repr_metadata
+
+        return get_repr_metadata()
+    except Exception:  # a private helper of anywidget: never let it break a display
+        return {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnbook._checks import require_integral
 from attnbook.costs import kv_cache_bytes
 from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
@@ -38,16 +39,30 @@ def kv_cache_state(
         head_dim: ``dk = dv``; dtype: a key of :data:`BYTES_PER_ELEMENT`.
 
     Returns:
-        A dict with ``positions`` (echoed), ``bytes`` and ``elements`` for this setting, its
+        A dict with ``positions`` (echoed), ``bytes``, its :func:`human_bytes` ``label`` and
+        ``elements`` for this setting, its
         ``kind`` (MHA, GQA or MQA), ``group_size`` (query heads per KV head), ``ratio_to_mha``
-        and ``variants``: the bytes of MHA (``Hkv = Hq``), this setting and MQA (``Hkv = 1``),
-        all exact ints.
+        and ``variants``: the bytes (exact ints) and labels of MHA (``Hkv = Hq``), this
+        setting and MQA (``Hkv = 1``). Whole-number floats (``4096.0``) count as ints.
 
     Raises:
-        ValueError: ``kv_heads`` does not divide ``q_heads``, or an unknown ``dtype``.
+        ValueError: ``kv_heads`` does not divide ``q_heads``, an unknown ``dtype``, a size
+            below 1 or with a fractional part (``70.5``), naming the argument.
+        TypeError: a size that is not a number.
     """
-    if dtype not in BYTES_PER_ELEMENT:
+    if not isinstance(dtype, str) or dtype not in BYTES_PER_ELEMENT:
         raise ValueError(f"dtype must be one of {sorted(BYTES_PER_ELEMENT)}, got {dtype!r}")
+    layers, positions, q_heads, kv_heads, head_dim, batch = (
+        require_integral(name, value, minimum=1)
+        for name, value in (
+            ("layers", layers),
+            ("positions", positions),
+            ("q_heads", q_heads),
+            ("kv_heads", kv_heads),
+            ("head_dim", head_dim),
+            ("batch", batch),
+        )
+    )
     if q_heads % kv_heads:
         valid = ", ".join(str(h) for h in range(1, q_heads + 1) if q_heads % h == 0)
         raise ValueError(
@@ -67,7 +82,7 @@ def kv_cache_state(
         )
 
     variants = [
-        {"name": name, "kv_heads": heads, "bytes": size(heads)}
+        {"name": name, "kv_heads": heads, "bytes": size(heads), "label": human_bytes(size(heads))}
         for name, heads in (("MHA", q_heads), ("yours", kv_heads), ("MQA", 1))
     ]
     total = variants[1]["bytes"]
@@ -76,6 +91,7 @@ def kv_cache_state(
     return {
         "positions": positions,
         "bytes": total,
+        "label": human_bytes(total),
         "elements": total // b,
         "bytes_per_element": b,
         "kind": _kind(q_heads, kv_heads),
@@ -85,16 +101,27 @@ def kv_cache_state(
     }
 
 
+_UNITS = (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10))
+
+
 def human_bytes(n: int) -> str:
-    """``n`` bytes in binary units with three significant digits, e.g. ``'512 MiB'``."""
-    for unit, power in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+    """``n`` bytes in the largest binary unit that is at least 1, exact when it can be.
+
+    ``2**40`` is ``'1 TiB'``, ``3 * 2**29`` is ``'1.5 GiB'``; a value that needs more than three
+    decimals in its unit is rounded and marked: ``'≈1.33 KiB'``.
+    """
+    for unit, power in _UNITS:
         if n >= 2**power:
-            return f"{n / 2**power:.3g} {unit}"
+            if (n * 1000) % 2**power == 0:  # at most three decimals: print it exactly
+                text = f"{n / 2**power:.3f}".rstrip("0").rstrip(".")
+                return f"{text} {unit}"
+            value = n / 2**power
+            return f"≈{value:.{2 if value < 10 else 1 if value < 100 else 0}f} {unit}"
     return f"{n} B"
 
 
 def _unit(n: int) -> tuple[str, int]:
-    for unit, power in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+    for unit, power in _UNITS:
         if n >= 2**power:
             return unit, 2**power
     return "B", 1
@@ -109,11 +136,15 @@ def _bars(state: dict, ax, title: str) -> None:
     colours = ["#999999", "#0072B2", "#009E73"]
     ax.barh(names[::-1], sizes[::-1], color=colours[::-1])
     for y, (v, s) in enumerate(zip(variants[::-1], sizes[::-1], strict=True)):
-        ax.text(s, y, " " + human_bytes(v["bytes"]), va="center", fontsize=9)
+        ax.text(s, y, " " + v["label"], va="center", fontsize=9)
     ax.set_xlim(0, max(sizes) * 1.45)
     ax.set_xlabel(f"KV cache ({unit})")
     ax.set_ylabel("variant")
     ax.set_title(title)
+
+
+def _per_kv_head(group: int) -> str:
+    return f"{group} query head{'' if group == 1 else 's'} per KV head"
 
 
 def _draw(state: dict, fig) -> None:
@@ -121,13 +152,12 @@ def _draw(state: dict, fig) -> None:
     _bars(
         state,
         ax,
-        f"{state['kind']}, {state['group_size']} query heads per KV head: "
-        f"{human_bytes(state['bytes'])}",
+        f"{state['kind']}, {_per_kv_head(state['group_size'])}: {state['label']}",
     )
 
 
 def _panel(state: dict, ax) -> None:
-    _bars(state, ax, f"T = {state['positions']:,} positions: {human_bytes(state['bytes'])}")
+    _bars(state, ax, f"T = {state['positions']:,} positions: {state['label']}")
     ax.title.set_fontsize(10)
 
 

@@ -9,6 +9,7 @@ in the same document, documents being consecutive runs of ``doc_len`` positions)
 
 from __future__ import annotations
 
+from attnbook._checks import require_bool, require_integral
 from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
 __all__ = ["REASONS", "SPEC", "mask_explorer", "mask_state"]
@@ -16,12 +17,6 @@ __all__ = ["REASONS", "SPEC", "mask_explorer", "mask_state"]
 # What a cell shows: allowed, or the first rule (in this order) that forbids it.
 REASONS = ("allowed", "future", "padding", "segment")
 COLOURS = {"allowed": "#0072B2", "future": "#DDDDDD", "padding": "#E69F00", "segment": "#CC79A7"}
-
-
-def _require_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 def mask_state(*, t_q: int, t_k: int, causal: bool, offset: int, length: int, doc_len: int) -> dict:
@@ -44,14 +39,15 @@ def mask_state(*, t_q: int, t_k: int, causal: bool, offset: int, length: int, do
         whose outputs a loss mask must drop) and ``bottom_right_offset`` (``t_k - t_q``).
 
     Raises:
-        ValueError: a non-integer or negative size, or ``length > t_k``.
+        ValueError: a size below its minimum or with a fractional part (``2.5``; whole floats
+            such as ``6.0`` are accepted), or ``length > t_k``.
+        TypeError: a size that is not a number, or ``causal`` that is not a bool.
     """
-    t_q, t_k = _require_int("t_q", t_q, 1), _require_int("t_k", t_k, 1)
-    length, doc_len = _require_int("length", length, 0), _require_int("doc_len", doc_len, 1)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise ValueError(f"offset must be an int, got {offset!r}")
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be a bool, got {causal!r}")
+    t_q, t_k = require_integral("t_q", t_q, minimum=1), require_integral("t_k", t_k, minimum=1)
+    length = require_integral("length", length, minimum=0)
+    doc_len = require_integral("doc_len", doc_len, minimum=1)
+    offset = require_integral("offset", offset)
+    causal = require_bool("causal", causal)
     if length > t_k:
         raise ValueError(
             f"length={length} exceeds t_k={t_k}: a sequence cannot hold more "

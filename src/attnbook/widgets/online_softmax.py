@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 
+from attnbook._checks import require_integral
 from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
 __all__ = ["SPEC", "online_softmax_state", "online_softmax_stepper"]
@@ -43,8 +44,9 @@ def online_softmax_state(*, step: int, block_size: int, order: str, data=None) -
     """Everything the stepper shows after ``step`` blocks have been merged.
 
     Args:
-        step: blocks merged so far, ``0 <= step <= n_keys``; clamped to ``n_blocks``.
-        block_size: keys per block (the last block may be shorter).
+        step: blocks merged so far, ``0 <= step <= n_keys``; clamped to ``n_blocks``. Whole
+            floats (``3.0``) count as ints.
+        block_size: keys per block (the last block may be shorter), a whole number >= 1.
         order: ``"left to right"`` or ``"right to left"``: the order the blocks are visited.
         data: ``{"scores": [...], "values": [...]}``; defaults to the widget's fixed query.
 
@@ -60,17 +62,17 @@ def online_softmax_state(*, step: int, block_size: int, order: str, data=None) -
     data = DATA if data is None else data
     scores, values = list(data["scores"]), list(data["values"])
     n = len(scores)
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-    if order not in ORDERS:
+    block_size = require_integral("block_size", block_size, minimum=1)
+    if not isinstance(order, str) or order not in ORDERS:
         raise ValueError(f"order must be one of {list(ORDERS)}, got {order!r}")
     blocks = [[start, min(start + block_size, n)] for start in range(0, n, block_size)]
     if order == "right to left":
         blocks.reverse()
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= n:
-        raise ValueError(f"step must be an int in [0, {n}], got {step!r}")
-    # The slider runs to the largest block count (blocks of one key); with bigger blocks the
-    # walk is over sooner, and any step past the last block shows the finished state.
+    step = require_integral("step", step)
+    if not 0 <= step <= n:
+        raise ValueError(f"step must be a whole number in [0, {n}], got {step!r}")
+    # The slider's range follows the block count (max_from="n_blocks"); from Python, a step
+    # past the last block shows the finished state.
     step = min(step, len(blocks))
 
     m, l, u = -math.inf, 0.0, 0.0  # noqa: E741 (the letter the literature uses); no keys yet
@@ -194,7 +196,17 @@ SPEC = WidgetSpec(
     name="online_softmax_stepper",
     title="Online softmax: one query reads its keys a block at a time",
     controls=(
-        Control("step", "blocks merged", "range", 2, min=0, max=N_KEYS, step=1, integer=True),
+        Control(
+            "step",
+            "blocks merged",
+            "range",
+            2,
+            min=0,
+            max=N_KEYS,
+            step=1,
+            integer=True,
+            max_from="n_blocks",  # the slider runs from 0 to the block count
+        ),
         Control("block_size", "keys per block", "select", 4, options=BLOCK_SIZES),
         Control("order", "block order", "select", ORDERS[0], options=ORDERS),
     ),

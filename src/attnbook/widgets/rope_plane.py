@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from attnbook._checks import require_integral, require_real
 from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
 __all__ = ["SPEC", "rope_rotation", "rope_state"]
@@ -17,7 +18,8 @@ __all__ = ["SPEC", "rope_rotation", "rope_state"]
 D = 16  # head width: 8 feature pairs
 Q_PAIR = (1.0, 0.0)  # the query's coordinates in the chosen pair, before any rotation
 K_PAIR = (0.8, 0.6)  # the key's (unit length, 0.6435 rad from the query)
-OFFSETS = tuple(range(-24, 25))  # offsets n - m drawn in the score curve
+POSITIONS = 32  # the position sliders run 0..POSITIONS
+OFFSETS = tuple(range(-POSITIONS, POSITIONS + 1))  # every offset n - m the sliders can make
 
 
 def _turn(v: tuple[float, float] | list[float], angle: float) -> list[float]:
@@ -33,9 +35,10 @@ def rope_state(*, m: int, n: int, pair: int, log10_base: float) -> dict:
     """Everything the widget shows for one setting.
 
     Args:
-        m: position of the query, a non-negative int.
-        n: position of the key, a non-negative int.
-        pair: feature pair index ``p`` in ``[0, D/2)``; higher pairs turn more slowly.
+        m: position of the query, a whole number >= 0 (``4.0`` counts as 4).
+        n: position of the key, a whole number >= 0.
+        pair: feature pair index ``p`` in ``[0, D/2)``; higher pairs turn more slowly. Pair 0
+            turns by 1 radian per position whatever the base (``base**0 = 1``).
         log10_base: ``log10`` of the RoPE base (4 is the common 10000).
 
     Returns:
@@ -45,19 +48,22 @@ def rope_state(*, m: int, n: int, pair: int, log10_base: float) -> dict:
         ``curve_score`` of the score at each offset in :data:`OFFSETS`.
 
     Raises:
-        ValueError: a negative or non-integer position, or a pair outside ``[0, D/2)``.
+        ValueError: a negative or fractional position, or a pair outside ``[0, D/2)``.
+        TypeError: a position or pair that is not a number.
     """
-    for name, value in (("m", m), ("n", n)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int position, got {value!r}")
-    if isinstance(pair, bool) or not isinstance(pair, int) or not 0 <= pair < D // 2:
-        raise ValueError(f"pair must be an int in [0, {D // 2}) for d={D}, got {pair!r}")
+    m = require_integral("m", m, minimum=0)
+    n = require_integral("n", n, minimum=0)
+    pair = require_integral("pair", pair, minimum=0)
+    if pair >= D // 2:
+        raise ValueError(f"pair must be a whole number in [0, {D // 2}) for d={D}, got {pair!r}")
+    log10_base = require_real("log10_base", log10_base)
     base = 10.0**log10_base
     theta = base ** (-2 * pair / D)
     q_rot, k_rot = _turn(Q_PAIR, m * theta), _turn(K_PAIR, n * theta)
     return {
         "m": m,
         "n": n,
+        "pair": pair,
         "offset": n - m,
         "base": base,
         "theta": theta,
@@ -110,7 +116,10 @@ def _draw(state: dict, fig) -> None:
     _plane(state, left)
     left.legend(loc="lower left", fontsize=9)
     left.set_title(f"θ = {state['theta']:.3g} rad/position")
-    right.plot(state["curve_offset"], state["curve_score"], color="#009E73", marker="o", ms=3)
+    fine = [o / 8 for o in range(8 * OFFSETS[0], 8 * OFFSETS[-1] + 1)]  # the continuous score
+    score = [_dot(state["q"], _turn(state["k"], o * state["theta"])) for o in fine]
+    right.plot(fine, score, color="#009E73", lw=1.5)
+    right.plot(state["curve_offset"], state["curve_score"], "o", color="#009E73", ms=2.5)
     right.scatter([state["offset"]], [state["score"]], color="#D55E00", zorder=3, s=50)
     right.set_ylim(-1.1, 1.1)
     right.set_xlabel("offset n − m (positions)")
@@ -129,13 +138,13 @@ SPEC = WidgetSpec(
     name="rope_rotation",
     title="RoPE: one feature pair of a query and a key, turned by their positions",
     controls=(
-        Control("m", "query position m", "range", 1, min=0, max=32, step=1, integer=True),
-        Control("n", "key position n", "range", 3, min=0, max=32, step=1, integer=True),
+        Control("m", "query position m", "range", 1, min=0, max=POSITIONS, step=1, integer=True),
+        Control("n", "key position n", "range", 3, min=0, max=POSITIONS, step=1, integer=True),
         Control(
             "pair",
             "pair index p (frequency)",
             "range",
-            0,
+            1,
             min=0,
             max=D // 2 - 1,
             step=1,
@@ -150,8 +159,9 @@ SPEC = WidgetSpec(
 )
 
 
-def rope_rotation(*, m: int = 1, n: int = 3, pair: int = 0, log10_base: float = 4.0) -> LiveWidget:
+def rope_rotation(*, m: int = 1, n: int = 3, pair: int = 1, log10_base: float = 4.0) -> LiveWidget:
     """Sliders for the positions m and n, the pair (frequency) and the base; draws the turned
     query and key in that pair's plane and the score against the offset. See
-    :func:`rope_state`."""
+    :func:`rope_state`. The default pair is 1, where every control moves the picture (pair 0
+    turns by 1 radian per position for every base, which the widget then says)."""
     return LiveWidget(SPEC, m=m, n=n, pair=pair, log10_base=log10_base)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from attnbook._checks import require_bool, require_integral, require_real
 from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
 __all__ = ["SPEC", "softmax_saturation", "softmax_state"]
@@ -39,18 +40,21 @@ def softmax_state(*, scale: float, d_k: int, divide: bool) -> dict:
 
     Args:
         scale: multiplier on the logits (an inverse temperature), > 0.
-        d_k: key dimension; the unscaled scores have standard deviation sqrt(d_k).
+        d_k: key dimension (a whole number; ``64.0`` is 64); the unscaled scores have
+            standard deviation sqrt(d_k).
         divide: whether to divide the scores by sqrt(d_k) (the standard attention scaling).
 
     Returns:
-        A dict with ``logits`` and ``probs`` (8 each), ``entropy`` (nats), ``max_entropy``,
+        A dict echoing ``scale``, ``d_k`` and ``divide``, with ``logits`` and ``probs`` (8
+        each), ``entropy`` (nats), ``max_entropy``,
         ``jacobian_norm`` (Frobenius), ``score_std`` and the curve ``curve_scale`` /
         ``curve_jacobian`` of the Jacobian norm over :data:`SCALE_GRID` at this d_k.
     """
+    scale = require_real("scale", scale)
     if not scale > 0:
         raise ValueError(f"scale must be positive, got {scale!r}")
-    if isinstance(d_k, bool) or not isinstance(d_k, int) or d_k < 1:
-        raise ValueError(f"d_k must be a positive int, got {d_k!r}")
+    d_k = require_integral("d_k", d_k, minimum=1)
+    divide = require_bool("divide", divide)
     std = 1.0 if divide else math.sqrt(d_k)
 
     def logits_at(s: float) -> list[float]:
@@ -61,6 +65,8 @@ def softmax_state(*, scale: float, d_k: int, divide: bool) -> dict:
     entropy = -sum(p * math.log(p) for p in probs if p > 0)
     return {
         "scale": scale,
+        "d_k": d_k,
+        "divide": divide,
         "logits": logits,
         "probs": probs,
         "entropy": entropy,
@@ -93,6 +99,7 @@ def _draw(state: dict, fig) -> None:
     right.minorticks_off()
     right.set_xlabel("logit scale")
     right.set_ylabel("Jacobian norm ‖J‖F")
+    right.set_ylim(bottom=0)
     right.set_title(f"‖J‖F = {state['jacobian_norm']:.3f} (dot: this setting)")
 
 
@@ -110,7 +117,7 @@ SPEC = WidgetSpec(
     name="softmax_saturation",
     title="Softmax saturation: logit scale, d_k and the 1/√d_k factor",
     controls=(
-        Control("scale", "logit scale", "range", 1.0, min=0.1, max=4.0, step=0.1),
+        Control("scale", "logit scale", "range", 1.0, min=0.1, max=10.0, step=0.1),
         Control("d_k", "d_k", "select", 64, options=(1, 4, 16, 64, 128, 256, 512)),
         Control("divide", "divide by √d_k", "checkbox", True),
     ),
