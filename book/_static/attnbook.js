@@ -1,0 +1,55 @@
+/* The book's own script (loaded on every page, a few KB): search snippets without raw TeX.
+
+   Sphinx builds each search-result snippet from the target page's HTML, where math is still
+   TeX source (MathJax typesets it only on the page itself), so snippets read
+   "\(\frac{QK^\top}{\sqrt{d_k}}\)". Before Sphinx extracts the text, each math element is
+   replaced with a plain-text reading of it: "QKᵀ/√(d_k)". */
+(() => {
+  "use strict";
+  const SYMBOLS = {
+    alpha: "α", beta: "β", gamma: "γ", delta: "δ", epsilon: "ε", varepsilon: "ε", zeta: "ζ",
+    eta: "η", theta: "θ", iota: "ι", kappa: "κ", lambda: "λ", mu: "μ", nu: "ν", xi: "ξ",
+    pi: "π", rho: "ρ", sigma: "σ", tau: "τ", phi: "φ", varphi: "φ", chi: "χ", psi: "ψ",
+    omega: "ω", Gamma: "Γ", Delta: "Δ", Theta: "Θ", Lambda: "Λ", Pi: "Π", Sigma: "Σ",
+    Phi: "Φ", Psi: "Ψ", Omega: "Ω", le: "≤", leq: "≤", ge: "≥", geq: "≥", ne: "≠", neq: "≠",
+    approx: "≈", sim: "∼", times: "×", cdot: "·", cdots: "⋯", ldots: "…", dots: "…",
+    to: "→", rightarrow: "→", leftarrow: "←", in: "∈", sum: "Σ", prod: "Π", infty: "∞",
+    top: "ᵀ", odot: "⊙", otimes: "⊗", oplus: "⊕", pm: "±", partial: "∂", nabla: "∇",
+    propto: "∝", ll: "≪", gg: "≫", mid: "|", lVert: "‖", rVert: "‖", Vert: "‖",
+  };
+  const FONTS = /\\(?:mathrm|mathbf|mathit|mathsf|mathtt|boldsymbol|operatorname|text|textbf|textit|mathcal)\{([^{}]*)\}/g;
+  const SPACING = /\\(?:left|right|big|Big|bigg|Bigg|displaystyle|quad|qquad|[,;:!> ])/g;
+
+  const wrap = (a) => (a.length > 1 && !/^[√(]/.test(a) ? `(${a})` : a);
+
+  function texToText(tex) {
+    let s = tex.trim().replace(/^(\\\(|\\\[|\$\$?)/, "").replace(/(\\\)|\\\]|\$\$?)$/, "");
+    s = s.replace(/\\(?:begin|end)\{[^}]*\}/g, " ").replace(/\\\\|&/g, " ");
+    s = s.replace(/\^(?:\{\\top\}|\\top)/g, "ᵀ").replace(/\\mathbb\{R\}/g, "ℝ").replace(SPACING, " ");
+    for (let i = 0; i < 4; i += 1) {
+      s = s.replace(FONTS, "$1")
+        .replace(/\\[dt]?frac\{([^{}]*)\}\{([^{}]*)\}/g, (_, a, b) =>
+          `${wrap(a)}/${wrap(b)}`)
+        .replace(/\\sqrt\{([^{}]*)\}/g, (_, a) => (a.length > 1 ? `√(${a})` : `√${a}`));
+    }
+    s = s.replace(/\\([A-Za-z]+)/g, (_, name) => SYMBOLS[name] ?? name);
+    s = s.replace(/\\([{}%$#_])/g, "$1").replace(/[{}]/g, "");
+    return s.replace(/\s+/g, " ").trim();
+  }
+  window.attnbookTexToText = texToText; // used by tests/test_site.py
+
+  function patchSearch() {
+    if (typeof Search === "undefined" || !Search.htmlToText || Search.attnbookPatched) return;
+    const original = Search.htmlToText;
+    Search.htmlToText = (htmlString, anchor) => {
+      const doc = new DOMParser().parseFromString(htmlString, "text/html");
+      doc.querySelectorAll(".math").forEach((el) => {
+        el.textContent = ` ${texToText(el.textContent)} `;
+      });
+      return original(doc.documentElement.outerHTML, anchor);
+    };
+    Search.attnbookPatched = true;
+  }
+  patchSearch();
+  document.addEventListener("DOMContentLoaded", patchSearch);
+})();
