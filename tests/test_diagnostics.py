@@ -142,3 +142,165 @@ def test_memory_split_against_hand_counts():
     assert small.optimizer == 2 * 4 * n_params  # two AdamW moments (the step count is a scalar)
     assert large.parameters == small.parameters and large.optimizer == small.optimizer
     assert large.activations == 4 * small.activations  # every saved tensor scales with batch
+
+
+# --- NaN and inf never PASS; tolerances follow the dtype --------------------------------------
+
+NAN = float("nan")
+
+
+def test_cache_fails_on_nan_on_either_side_or_both():
+    full = torch.randn(2, 4, 5)
+    cached = full.clone()
+    cached[1, 2, 3] = NAN
+    for pair in ((full, cached), (cached, full), (cached, cached.clone())):
+        result = check_cache(*pair)
+        assert not result.passed and "position 2" in result.detail and "NaN or inf" in result.detail
+    inf = full.clone()
+    inf[0, 1, 0] = float("inf")
+    assert not check_cache(inf, inf.clone()).passed  # inf - inf is no agreement either
+
+
+def test_cache_tolerance_is_exactly_atol():
+    full = torch.zeros(1, 3, 4, dtype=torch.float64)
+    for gap, passes in ((0.5e-5, True), (2e-5, False)):  # the default atol is 1e-5
+        cached = full.clone()
+        cached[0, 2, 1] = gap
+        assert check_cache(full, cached).passed is passes
+    cached[0, 2, 1] = 2e-5
+    assert check_cache(full, cached, atol=3e-5).passed
+    assert not check_cache(full, cached, atol=1.5e-5).passed
+
+
+def test_cache_default_tolerance_widens_for_float16():
+    logits = 4 * torch.randn(2, 6, 10)
+    full = logits.half()
+    cached = (logits + 1e-4 * torch.randn(logits.shape)).half()  # rounding-level differences
+    assert (full - cached).abs().max() > 0 and check_cache(full, cached).passed
+    cached[1, 4, 2] += 0.5  # a real divergence
+    result = check_cache(full, cached)
+    assert not result.passed and "position 4" in result.detail
+
+
+def _nan_at(position, fn):
+    def wrapped(x):
+        out = fn(x).clone()
+        out[:, position] = NAN
+        return out
+
+    return wrapped
+
+
+@pytest.mark.parametrize("mask", [None, causal_mask(6)], ids=["leaky", "causal"])
+def test_causality_fails_when_outputs_are_not_finite(mask):
+    x = torch.randn(2, 6, 4)
+    for position in (0, 3, 5):
+        result = check_causality(_nan_at(position, _layer(mask)), x)
+        assert not result.passed and f"first at position {position}" in result.detail
+
+
+def test_causality_fails_when_a_future_edit_turns_an_earlier_output_nan():
+    x = torch.randn(1, 4, 3)
+
+    def fn(z):  # finite on x itself; output 0 turns NaN once the last position changes
+        out = z.clone()
+        changed = (z[:, -1] != x[:, -1]).any(-1)  # (B,)
+        out[:, 0] = torch.where(changed[:, None], NAN, out[:, 0])
+        return out
+
+    result = check_causality(fn, x)
+    assert not result.passed and "first leak: output 0" in result.detail
+
+
+def test_isolation_fails_on_a_leaky_function_with_nan_outputs():
+    x = torch.randn(2, 6, 4)
+    ids = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+    leaky = _layer(causal_mask(6))  # ignores the segments
+    assert not check_isolation(leaky, x, ids).passed
+    assert not check_isolation(_nan_at(2, leaky), x, ids).passed
+    isolated = _layer(causal_mask(6) & segment_mask(ids))
+    assert check_isolation(isolated, x, ids).passed
+    assert not check_isolation(_nan_at(2, isolated), x, ids).passed
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_perturbation_checks_run_models_in_their_own_dtype(dtype):
+    x = torch.randn(2, 6, 4, dtype=dtype)
+    proj = nn.Linear(4, 4).to(dtype)  # float32 noise would make the matmul fail
+
+    def model(mask):
+        return lambda z: proj(_layer(mask)(z))
+
+    assert check_causality(model(causal_mask(6)), x).passed
+    assert not check_causality(model(None), x).passed
+    ids = torch.tensor([[0, 0, 0, 1, 1, 1]] * 2)
+    assert check_isolation(model(segment_mask(ids)), x, ids).passed
+
+
+def test_attention_rows_ignores_rows_with_no_allowed_key():
+    q, k = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    allowed = causal_mask(5, 5, offset=-2)  # the first two queries see no key at all
+    _, w = attention(q, k, k, allowed, return_weights=True)
+    assert torch.all(w[:, :2] == 0)
+    assert check_attention_rows(w, allowed).passed  # an empty row is zeros, not a failure
+    w[0, 1, 0] = 0.5  # but an empty row must stay empty
+    assert not check_attention_rows(w, allowed).passed
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_attention_rows_default_tolerance_follows_the_dtype(dtype):
+    q = torch.randn(2, 4, 64, 16).to(dtype)
+    allowed = causal_mask(64)
+    _, w = attention(q, q, q, allowed, return_weights=True)
+    assert check_attention_rows(w, allowed).passed  # rounding in 16 bits is not a bug
+    assert not check_attention_rows(w, allowed, atol=1e-7).passed  # but it is there
+    assert not check_attention_rows(w * 0.9, allowed).passed  # a 10% error is
+
+
+def test_attention_rows_fail_on_nan_or_inf():
+    w = torch.full((3, 3), 1 / 3)
+    allowed = torch.ones(3, 3, dtype=torch.bool)
+    assert check_attention_rows(w, allowed).passed
+    for bad in (NAN, float("inf")):
+        broken = w.clone()
+        broken[1, 1] = bad
+        result = check_attention_rows(broken, allowed)
+        assert not result.passed and "1 weights are NaN or inf" in result.detail
+
+
+def test_label_shift_ignores_only_ignored_labels():
+    tokens = torch.randint(10, (2, 6))
+    labels = torch.full((2, 5), -100)
+    labels[0, 2] = tokens[0, 3]  # one comparable label is enough
+    assert check_label_shift(tokens[:, :-1], labels).passed
+    labels[:, :-1] = -100
+    labels[:, -1] = 3  # the last label has no next input to compare with
+    with pytest.raises(ValueError, match="no label to compare"):
+        check_label_shift(tokens[:, :-1], labels)
+
+
+def test_entropy_of_16bit_weights_with_zeros_is_finite():
+    w = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    for dtype in (torch.float16, torch.bfloat16):
+        got = attention_entropy(w.to(dtype))
+        assert got.dtype == dtype and torch.isfinite(got).all()
+        torch.testing.assert_close(got.float(), torch.tensor([0.0, math.log(4)]), atol=1e-2, rtol=0)
+
+
+def test_grad_norm_of_float16_gradients_does_not_overflow():
+    model = nn.Linear(2, 1, bias=False).half()
+    model.weight.grad = torch.tensor([[60000.0, 60000.0]]).half()
+    assert grad_norm(model) == pytest.approx(60000 * math.sqrt(2), rel=1e-3)
+
+
+def test_isolation_fails_when_editing_another_document_turns_outputs_nan():
+    x = torch.randn(1, 6, 4)
+    ids = torch.tensor([[0, 0, 0, 1, 1, 1]])
+
+    def fn(z):  # finite on x; document 0's outputs turn NaN once document 1 changes
+        out = z.clone()
+        changed = (z[:, 3:] != x[:, 3:]).any()
+        out[:, :3] = torch.where(changed, NAN, out[:, :3])
+        return out
+
+    assert not check_isolation(fn, x, ids).passed

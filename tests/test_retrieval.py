@@ -114,3 +114,62 @@ def test_training_meets_the_lab_thresholds():
     assert torch.equal(after[:, :2], before[:, :2])  # bit-for-bit, as the lab asserts
     # same seed, same run: training is deterministic on one thread
     assert train(CONFIG, train_set)[1] == losses
+
+
+def test_train_is_adamw_on_the_final_position_with_fresh_gradients_each_step():
+    """Three steps of train() equal a hand-written loop (the oracle) step for step.
+
+    One distinct sequence makes every batch the same whatever the sampling order, so the only
+    things compared are the documented ones: initial weights seeded by config.seed, AdamW,
+    clipping, the loss at the final position, and gradients cleared before every backward
+    (without that, step 2 would use the sum of two gradients and the losses would part).
+    """
+    config = dataclasses.replace(CONFIG, steps=3, batch=4, lr=5e-2)
+    data = make_data(1, config, torch.Generator().manual_seed(3))
+    losses = train(config, data)[1]
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = TinyRetriever(config)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    )
+    keys, values = data.keys.expand(config.batch, -1), data.values.expand(config.batch, -1)
+    expected = []
+    for _ in range(config.steps):
+        logits = model(keys, values)[0][:, -1]
+        loss = torch.nn.functional.cross_entropy(logits, data.answers.expand(config.batch))
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+        optimizer.step()
+        expected.append(loss.item())
+    assert losses == pytest.approx(expected, rel=1e-5)
+    assert expected[2] < expected[0]  # the run moves, so a wrong update would show
+
+
+def test_intervention_edits_the_evidence_record_not_the_query():
+    data = _data(32)
+    model = TinyRetriever(CONFIG).eval()
+    seen = []
+
+    def spy(module, args, kwargs):
+        seen.append(args[1].clone())
+
+    handle = model.register_forward_pre_hook(spy, with_kwargs=True)
+    try:
+        intervention_accuracy(model, data, shift=3)
+    finally:
+        handle.remove()
+    (edited,) = seen
+    assert (edited[:, -1] == CONFIG.values).all()  # the query keeps its MASK value
+    rows = torch.arange(len(data))
+    assert torch.equal(edited[rows, data.evidence], (data.answers + 3) % CONFIG.values)
+
+
+def test_make_data_refuses_impossible_requests_at_once():
+    tiny = RetrievalConfig(keys=2, values=2, records=2)
+    everything = make_data(16, tiny, torch.Generator().manual_seed(0))  # 2 * 2 * 2**2 * 2
+    assert len(everything) == 16
+    with pytest.raises(ValueError, match="count=1 exceeds the 0 distinct sequences"):
+        make_data(1, tiny, torch.Generator().manual_seed(1), exclude=everything.signatures)
