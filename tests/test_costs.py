@@ -8,6 +8,8 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -179,3 +181,35 @@ def test_vit_tokens_matches_a_patchifying_conv():
 def test_costs_import_without_torch():
     code = "import sys, attnbook.costs; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- numbers as readers write them ----------------------------------------------------------
+
+
+def test_whole_number_floats_convert_exactly():
+    assert training_flops(70e9, 1.4e12) == training_flops(70 * 10**9, 14 * 10**11)
+    assert training_flops(70e9, 1.4e12) == 588 * 10**21  # exact, no float rounding
+    assert chinchilla_tokens(70e9) == 1_400_000_000_000
+    kv = {"layers": 32, "kv_heads": 8, "head_dim": 128, "bytes_per_element": 2}
+    assert kv_cache_bytes(**kv, positions=4e3) == kv_cache_bytes(**kv, positions=4000)
+    assert type(chinchilla_tokens(70e9)) is int
+
+
+def test_numpy_numbers_are_accepted():
+    import numpy as np
+
+    assert training_flops(np.float64(7e9), np.int64(10**12)) == 42 * 10**21
+    assert swiglu_hidden(np.float32(4096.0), multiple_of=np.int32(256)) == 11008
+    assert ffn_flops(2, 4, gated=np.bool_(True)) == ffn_flops(2, 4, gated=True)
+
+
+@given(n=st.integers(1, 2**53), d=st.integers(1, 2**20))
+def test_a_float_that_holds_a_whole_number_counts_as_that_number(n, d):
+    assert attention_flops(float(n), float(d)) == attention_flops(n, d)
+    assert chinchilla_tokens(float(n)) == 20 * n
+
+
+@pytest.mark.parametrize("bad", [70.5, 1e-3, 2.0**53 + 2, 1e23])
+def test_fractional_or_ambiguous_floats_are_refused(bad):
+    with pytest.raises(ValueError, match="params"):
+        training_flops(bad, 10)
