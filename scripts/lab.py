@@ -33,18 +33,18 @@ def environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def command(*extra: str) -> list[str]:
-    """The ``jupyter lab`` command line, with ``extra`` arguments appended."""
+def command(*extra: str, root: Path = NOTEBOOKS) -> list[str]:
+    """The ``jupyter lab`` command line on ``root``, with ``extra`` arguments appended."""
     bin_dir = Path(sys.executable).parent
-    cmd = [str(bin_dir / "jupyter"), "lab", f"--ServerApp.root_dir={NOTEBOOKS}"]
+    cmd = [str(bin_dir / "jupyter"), "lab", f"--ServerApp.root_dir={root}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")
     return [*cmd, *extra]
 
 
-def trust(env: dict[str, str]) -> None:
+def trust(env: dict[str, str], root: Path = NOTEBOOKS) -> None:
     """Sign every chapter notebook so Lab runs the scripts of its stored outputs."""
-    notebooks = sorted(str(p) for p in NOTEBOOKS.glob("*.ipynb"))
+    notebooks = sorted(str(p) for p in root.glob("*.ipynb"))
     jupyter = str(Path(sys.executable).parent / "jupyter")
     subprocess.run([jupyter, "trust", *notebooks], env=env, check=True, capture_output=True)
 

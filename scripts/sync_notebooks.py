@@ -10,16 +10,17 @@ the published site), then it is executed top to bottom in a fresh kernel (execut
 1, 2, 3, ...) without timing metadata. It is not a jupytext pair of the .md (the markdown
 differs), so saving it in JupyterLab never rewrites the .md.
 
-Widget state is stored with the notebook, so a reader who opens a chapter sees each widget
-drawn (and its controls live, from the widget's own JavaScript) before running anything.
-Model ids are renamed to ids derived from the chapter and the model's order, so re-syncing an
-unchanged chapter rewrites nothing.
+Widget views are not stored: a view needs its model, and JupyterLab saves only the models
+of a running kernel, so a stored view would show "Error displaying widget: model not found"
+after any open-and-save. The stored output keeps each widget's HTML + JavaScript face, which
+draws and stays live with no kernel (in a trusted notebook; `make lab` trusts them); running
+the cell brings the kernel face. The widget-state metadata is written exactly as JupyterLab
+writes it for a notebook with no live widgets, so opening and saving changes no byte.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,7 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from portable import Portable
 
 ROOT = Path(__file__).resolve().parents[1]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+# What JupyterLab (saveState on) writes when no widget model is live: stored as is.
+NO_LIVE_WIDGETS = {WIDGET_STATE: {"state": {}, "version_major": 2, "version_minor": 0}}
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
@@ -61,24 +65,15 @@ def build(md: Path) -> nbformat.NotebookNode:
         timeout=300,
         kernel_name="python3",
         record_timing=False,
-        store_widget_state=True,
+        store_widget_state=False,
         resources={"metadata": {"path": str(md.parent)}},
     )
     client.execute()
-    return stable_widget_ids(nb, md.stem)
-
-
-def stable_widget_ids(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
-    """Rename the random widget model ids to ones derived from ``name`` and their order."""
-    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    if not state:
-        nb.metadata.pop("widgets", None)
-        return nb
-    text = json.dumps(nb)
-    for i, old in enumerate(sorted(state, key=text.index)):
-        new = hashlib.sha1(f"{name}:{i}".encode()).hexdigest()[:32]
-        text = text.replace(old, new)
-    return nbformat.from_dict(json.loads(text))
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            output.get("data", {}).pop(WIDGET_VIEW, None)
+    nb.metadata["widgets"] = NO_LIVE_WIDGETS
+    return nb
 
 
 def canonical(md: Path) -> None:

@@ -1,0 +1,196 @@
+"""A reader in JupyterLab, started as `make lab` starts it, driven in headless Chromium.
+
+On a copy of notebooks/ (saving must not touch the repository): the file browser lists each
+chapter once, with no news pop-up; a chapter opens with its widget drawn from the saved state;
+open-then-save changes no byte; after Run All, moving a widget control redraws the picture and
+Python's answer agrees with the JavaScript prediction; after save, kernel shut-down and reopen
+the widget is drawn again (no "Error displaying widget"), the outputs are intact and the MyST
+source is unchanged. Every request stays on 127.0.0.1. Screenshots go to _build/screenshots/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import lab as book_lab  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SHOTS = ROOT / "_build" / "screenshots"
+CHAPTER = "02_why_sqrt_dk"
+WIDGET_ERROR = "Error displaying widget"
+
+pytestmark = pytest.mark.browser
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    if CHROMIUM is None:
+        pytest.fail("needs Chromium (apt-get install chromium)")
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "notebooks"
+    shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    env = book_lab.environment()
+    env |= {"JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_RUNTIME_DIR": str(tmp / "run")}
+    book_lab.trust(env, root)
+    port = _free_port()
+    log = (tmp / "lab.log").open("w")
+    args = ["--port", str(port), "--no-browser", "--ServerApp.token=", "--ServerApp.password="]
+    process = subprocess.Popen(
+        book_lab.command(*args, root=root), env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            urllib.request.urlopen(f"{url}/api/status", timeout=1)
+            break
+        except OSError:
+            if process.poll() is not None:
+                pytest.fail(f"JupyterLab exited: {(tmp / 'lab.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+    else:
+        pytest.fail("JupyterLab did not start within 60 s")
+    yield url, root
+    process.terminate()  # only the server we started; it shuts its kernels down
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def page(lab):  # JupyterLab must be up first
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        outside: list[str] = []
+
+        def route(r):
+            if r.request.url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")):
+                return r.continue_()
+            outside.append(r.request.url)
+            return r.abort()
+
+        context.route("**/*", route)
+        page = context.new_page()
+        page.outside = outside
+        yield page
+        browser.close()
+
+
+def _open(page, url: str) -> None:
+    page.goto(f"{url}/lab/tree/{CHAPTER}.ipynb")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    page.wait_for_selector(".jp-NotebookPanel .attnbook-widget svg", timeout=60_000)
+
+
+def _command(page, menu: str, item: str) -> None:
+    """Click a main-menu item (exact label), as a reader would."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=menu).first.click()
+    entry = page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{item}$")).first
+    entry.wait_for(state="visible")
+    page.wait_for_timeout(200)  # the menu attaches its handlers after it is shown
+    entry.click()
+
+
+def _save(page, path: Path) -> None:
+    before = path.stat().st_mtime_ns
+    _command(page, "File", "Save Notebook")
+    for _ in range(100):
+        if path.stat().st_mtime_ns != before:
+            return
+        page.wait_for_timeout(100)  # not time.sleep: Playwright must keep routing requests
+    pytest.fail(f"{path.name} was not saved")
+
+
+def _shot(page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"lab-{name}.png"))
+
+
+def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
+    url, root = lab
+    ipynb, md = root / f"{CHAPTER}.ipynb", root / f"{CHAPTER}.md"
+    original_ipynb, original_md = ipynb.read_bytes(), md.read_bytes()
+
+    # First launch: each chapter listed once, no news pop-up, the widget drawn from saved state.
+    _open(page, url)
+    listed = page.locator(".jp-DirListing-itemText").all_inner_texts()
+    assert f"{CHAPTER}.ipynb" in listed and f"{CHAPTER}.md" not in listed, listed
+    assert "Jupyter news" not in page.inner_text("body")
+    assert WIDGET_ERROR not in page.inner_text(".jp-NotebookPanel")
+    _shot(page, "first-open")
+
+    # Open, then save without running: no byte changes.
+    _save(page, ipynb)
+    assert ipynb.read_bytes() == original_ipynb, "opening and saving rewrote the notebook"
+    assert md.read_bytes() == original_md
+
+    # Run all, then move a control: a new picture, and Python's state agrees with the JS.
+    _command(page, "Run", "Run All Cells")
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-NotebookPanel .jp-InputPrompt')];
+            return prompts.length > 0 && prompts.every(p => !p.textContent.includes('*'))
+                && document.querySelector('.jp-NotebookPanel .jp-CodeCell .jp-InputPrompt')
+                       .textContent.includes('1');
+        }""",
+        timeout=180_000,
+    )
+    widget = page.locator(".jp-NotebookPanel .attnbook-widget").first
+    widget.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "el => el.dataset.source === 'python'", arg=widget.element_handle(), timeout=30_000
+    )
+    before_svg = widget.locator("svg").first.inner_html()
+    before_seq = int(widget.get_attribute("data-python-seq") or 0)
+    slider = widget.locator("input[type=range]").first
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(
+        "([el, seq]) => el.dataset.source === 'python' && +el.dataset.pythonSeq > seq",
+        arg=[widget.element_handle(), before_seq],
+        timeout=30_000,
+    )
+    assert widget.get_attribute("data-agree") == "true", widget.get_attribute("data-max-diff")
+    assert widget.locator("svg").first.inner_html() != before_svg, "the picture did not change"
+    assert WIDGET_ERROR not in page.inner_text(".jp-NotebookPanel")
+    outputs = page.locator(".jp-NotebookPanel .jp-OutputArea-output").count()
+    _shot(page, "after-run")
+
+    # Save, shut the kernel down, reopen: drawn from the saved state, outputs intact.
+    _save(page, ipynb)
+    saved = json.loads(ipynb.read_text())
+    assert saved["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    _command(page, "Kernel", "Shut Down Kernel")
+    page.wait_for_timeout(1000)
+    _open(page, url)
+    page.wait_for_timeout(1500)
+    assert WIDGET_ERROR not in page.inner_text(".jp-NotebookPanel")
+    assert page.locator(".jp-NotebookPanel .jp-OutputArea-output").count() == outputs
+    assert page.locator(".jp-NotebookPanel .attnbook-widget svg").count() >= 1
+    assert md.read_bytes() == original_md, "saving in JupyterLab rewrote the MyST source"
+    _shot(page, "reopened")
+    assert not page.outside, f"requests left 127.0.0.1: {page.outside[:5]}"
