@@ -9,7 +9,6 @@ title says it in words too).
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,11 +26,6 @@ _COLOURS = {  # edge colour, tint (the same hue at low alpha, so it works on dar
     "known mistake": ("#bc4c00", "rgba(188, 76, 0, 0.08)"),
     "wrong": ("#cf222e", "rgba(207, 34, 46, 0.08)"),
 }
-
-
-def _code_spans(escaped: str) -> str:
-    """Turn `code` in already escaped text into <code>code</code>."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
 
 
 @dataclass(frozen=True)
@@ -70,7 +64,7 @@ class Result:
     def _repr_html_(self) -> str:
         edge, tint = _COLOURS[self.status]
         paragraphs = "".join(
-            f'<p style="margin: 0.3em 0 0 0;">{_code_spans(html.escape(line))}</p>'
+            f'<p style="margin: 0.3em 0 0 0;">{html.escape(line)}</p>'
             for line in self.message.split("\n")
             if line
         )
