@@ -13,7 +13,10 @@
   icon web font it ships. (book/_static cannot carry it: html_static_path copies skip
   ``scripts/**``, one of the book's exclude_patterns.)
 * Ship nothing a page does not load: source maps (one of them for the replaced script) and
-  the icon fonts' TrueType copies (every browser that runs the theme takes the WOFF2 ones).
+  the icon fonts' TrueType copies (every browser that runs the theme takes the WOFF2 ones);
+  the icon fonts and the theme's icon rules are cut to the icons the site uses, and the
+  theme's stylesheets to the rules whose classes occur in the site; figures are stored as
+  256-colour PNGs.
 """
 
 from __future__ import annotations
@@ -127,6 +130,158 @@ def _backrefs(app, pagename, templatename, context, doctree):
     context["body"] = _CITATION.sub(add, context["body"])
 
 
+_ICON_RULE = re.compile(r'((?:\.fa-[a-z0-9-]+:before,?)+)\{content:"\\([0-9a-f]+)"\}')
+
+
+def _trim_icons(outdir: Path) -> None:
+    """Keep only the icons the site uses in the theme's stylesheet and icon fonts.
+
+    The theme's CSS carries Font Awesome's rule for each of ~2,400 icons and the fonts carry
+    every glyph (274 KB of WOFF2 on every page); the site shows about twenty. Icon names are
+    collected from every page and script, their code points from the CSS rules, plus every
+    code point the CSS writes elsewhere (admonition and link icons); the rest is dropped.
+    """
+    from fontTools import subset
+    from fontTools.ttLib import TTFont
+
+    static = outdir / "_static"
+    css_path = static / "styles" / "pydata-sphinx-theme.css"
+    fonts = sorted((static / "vendor" / "fontawesome" / "webfonts").glob("*.woff2"))
+    if not css_path.exists() or not fonts:
+        return
+    sources = [*outdir.rglob("*.html"), *static.glob("*.js"), *static.glob("scripts/*.js")]
+    used = set()
+    for path in sources:
+        used.update(re.findall(r"\bfa-[a-z0-9-]+", path.read_text(errors="ignore")))
+    css = css_path.read_text()
+    codepoints = set()
+
+    def keep(match: re.Match) -> str:
+        names = set(re.findall(r"fa-[a-z0-9-]+", match.group(1)))
+        if names & used:
+            codepoints.add(int(match.group(2), 16))
+            return match.group(0)
+        return ""
+
+    trimmed = _ICON_RULE.sub(keep, css)
+    codepoints.update(int(c, 16) for c in re.findall(r'"\\(f[0-9a-f]{3})"', trimmed))
+    codepoints.update(ord(c) for c in re.findall("[\ue000-\uf8ff]", trimmed))  # --pst-icon-*
+    css_path.write_text(trimmed)
+    for font_path in fonts:
+        font = TTFont(font_path)
+        options = subset.Options()
+        options.flavor = "woff2"
+        options.layout_features = ["*"]
+        subsetter = subset.Subsetter(options)
+        subsetter.populate(unicodes=sorted(codepoints))
+        subsetter.subset(font)
+        font.flavor = "woff2"
+        font.save(font_path)
+
+
+# Theme stylesheets carry all of Bootstrap and of sphinx-design (about 300 KB unused). A rule
+# is kept when every class its selector requires occurs somewhere in the site's pages or
+# scripts (as PurgeCSS's default extractor does); classes inside :not()/:is()/:where()/:has()
+# are not required. tests/test_site.py drives the pages at three widths, in both colour modes.
+_PURGED = (
+    "styles/pydata-sphinx-theme.css",
+    "styles/sphinx-book-theme.css",
+    "sphinx-design.min.css",
+)
+_NESTED = re.compile(r":(?:not|is|where|has)\([^()]*(?:\([^()]*\)[^()]*)*\)")
+
+
+def _split_selectors(head: str) -> list[str]:
+    parts, depth, current = [], 0, []
+    for char in head:
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+def _purge(css: str, tokens: set[str]) -> str:
+    out, i, n = [], 0, len(css)
+    while i < n:
+        start = css.find("{", i)
+        if start < 0:
+            out.append(css[i:])
+            break
+        depth, end = 0, start
+        while end < n:
+            depth += {"{": 1, "}": -1}.get(css[end], 0)
+            if depth == 0:
+                break
+            end += 1
+        head, body = css[i:start], css[start + 1 : end]
+        stripped = head.strip()
+        if stripped.startswith(("@media", "@supports", "@layer", "@container")):
+            inner = _purge(body, tokens)
+            if inner.strip():
+                out.append(f"{head}{{{inner}}}")
+        elif stripped.startswith("@") or stripped.startswith("/*"):
+            out.append(css[i : end + 1])
+        else:
+            kept = [
+                selector
+                for selector in _split_selectors(head)
+                if all(
+                    name in tokens
+                    for name in re.findall(r"\.([A-Za-z_][\w-]*)", _NESTED.sub("", selector))
+                )
+            ]
+            if kept:
+                out.append(",".join(kept) + "{" + body + "}")
+        i = end + 1
+    return "".join(out)
+
+
+def _purge_unused_css(outdir: Path) -> None:
+    static = outdir / "_static"
+    tokens: set[str] = set()
+    for path in [*outdir.rglob("*.html"), *static.glob("*.js"), *static.glob("scripts/*.js")]:
+        tokens.update(re.findall(r"[A-Za-z_][\w-]*", path.read_text(errors="ignore")))
+    for name in _PURGED:
+        path = static / name
+        if path.exists():
+            path.write_text(_purge(path.read_text(), tokens))
+
+
+def _palette_pngs(outdir: Path) -> None:
+    """Store each figure as a 256-colour PNG when that is smaller (typically a third).
+
+    Plots are flat colours plus anti-aliasing; 256 colours without dithering look the same
+    and make room for figures drawn at twice the pixels (sharp on hi-DPI screens) at less
+    weight than the 1x RGBA PNGs matplotlib writes.
+    """
+    import io
+
+    from PIL import Image
+
+    for path in (outdir / "_images").glob("*.png"):
+        raw = path.read_bytes()
+        with Image.open(io.BytesIO(raw)) as image:
+            image.load()
+            info = {key: image.info[key] for key in ("dpi",) if key in image.info}
+            if image.mode == "P":
+                continue
+            has_alpha = image.mode in ("RGBA", "LA") and image.getextrema()[-1][0] < 255
+            if has_alpha:
+                palette = image.convert("RGBA").quantize(256, method=Image.Quantize.FASTOCTREE)
+            else:
+                palette = image.convert("RGB").quantize(
+                    256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+                )
+        buffer = io.BytesIO()
+        palette.save(buffer, format="PNG", optimize=True, **info)
+        if buffer.tell() < len(raw):
+            path.write_bytes(buffer.getvalue())
+
+
 def _ship_only_what_pages_load(app, exception):
     if exception is not None or app.builder.format != "html":
         return
@@ -136,6 +291,9 @@ def _ship_only_what_pages_load(app, exception):
     )
     for path in [*static.rglob("*.map"), *static.glob("vendor/fontawesome/webfonts/*.ttf")]:
         path.unlink()
+    _trim_icons(Path(app.outdir))
+    _purge_unused_css(Path(app.outdir))
+    _palette_pngs(Path(app.outdir))
 
 
 def setup(app):
