@@ -3,6 +3,7 @@
 #   make test   every check: unit/property tests, strict nbval, .md/.ipynb sync, ruff,
 #               a warnings-as-errors book build, the browser test, a fresh-install run
 #   make lab    JupyterLab on notebooks/        make serve  serve _build/html on 127.0.0.1
+#   make pdf    the whole book as one PDF (_build/html/attention-and-transformers.pdf)
 #   make sync   .md -> .ipynb, re-executed in a fresh kernel (after editing a chapter)
 #   make bench  benchmarks/ (timings printed as ratios; see benchmarks/RESULTS.md)
 #   make clean  remove builds and caches (keeps .venv; `make distclean` removes it too)
@@ -18,7 +19,7 @@ BOOK   := ATTNBOOK_WIDGETS=static $(BIN)/jupyter-book build . -W -n --keep-going
 NBVAL  := $(BIN)/pytest -p no:cacheprovider --nbval --nbval-current-env \
           --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/
 
-.PHONY: book test unit notebooks lint sync lab serve bench clean distclean setup browser-deps
+.PHONY: book test unit notebooks lint sync lab serve pdf bench clean distclean setup browser-deps
 
 setup: $(STAMP) $(ASSETS)
 
@@ -104,6 +105,11 @@ lab: $(STAMP)  # JupyterLab needs the Python environment only (no npm, no browse
 serve:
 	test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
+
+# Printed from the built site by the system Chromium (no TeX, nothing downloaded) into the
+# site itself, where the intro page links to it; the browser test in `make test` does the same.
+pdf: book browser-deps
+	$(BIN)/python scripts/build_pdf.py
 
 bench: setup
 	$(BIN)/python benchmarks/notebook_times.py --write

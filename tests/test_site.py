@@ -27,6 +27,11 @@ REQUIRED = os.environ.get("ATTNBOOK_REQUIRE_BROWSER") == "1"
 
 pytestmark = pytest.mark.browser
 
+PHONE, TABLET, DESKTOP = 390, 900, 1280  # widths a reader's browser has (CSS px)
+PAGE_BUDGET = 2_000_000  # bytes a chapter page may load, uncompressed
+SCROLL_SHARE = 0.05  # share of code blocks (and of outputs) that may scroll sideways
+MIN_WIDGET_TEXT_PX = 10
+
 
 def _pages() -> list[Path]:
     skip = {"genindex.html", "search.html", "index.html"}
@@ -84,25 +89,43 @@ def browser(site):
 class Visit:
     """One page load with everything that went wrong recorded."""
 
-    def __init__(self, browser, url: str, width: int = 1200):
+    def __init__(self, browser, url: str, width: int = DESKTOP, height: int = 900, mode=None):
         self.errors: list[str] = []
         self.external: list[str] = []
         self.failed: list[str] = []
-        self.context = browser.new_context(viewport={"width": width, "height": 900})
+        self.responses = []
+        self.context = browser.new_context(viewport={"width": width, "height": height})
+        if mode:  # the theme reads the reader's choice of light/dark from localStorage
+            self.context.add_init_script(f"localStorage.setItem('mode', '{mode}')")
         self.page = self.context.new_page()
         self.page.route("**/*", self._route)
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
         self.page.on("console", self._console)
-        self.page.on(
-            "response", lambda r: r.status >= 400 and self.failed.append(f"{r.status} {r.url}")
-        )
+        self.page.on("response", self._response)
         self.page.goto(url, wait_until="load")
-        # MathJax typesets asynchronously after load; wait for its promise where present.
+        # MathJax typesets asynchronously after load (then fetches its fonts); wait for it.
         self.page.evaluate("""async () => {
             if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
                 await MathJax.startup.promise;
             }
+            await document.fonts.ready;
         }""")
+        self.page.wait_for_load_state("networkidle")
+
+    def _response(self, response):
+        self.responses.append(response)
+        if response.status >= 400:
+            self.failed.append(f"{response.status} {response.url}")
+
+    def weight(self) -> dict[str, int]:
+        """Bytes of every response the page loaded (uncompressed bodies), by URL."""
+        sizes = {}
+        for response in self.responses:
+            try:
+                sizes[response.url] = len(response.body())
+            except Exception:  # a redirect or an aborted request has no body
+                sizes[response.url] = 0
+        return sizes
 
     def _route(self, route):
         host = urlparse(route.request.url).hostname
@@ -120,14 +143,53 @@ class Visit:
         self.context.close()
 
 
+# Code blocks (cell inputs and code in the prose) and text outputs that scroll sideways.
+OVERFLOW_JS = """() => {
+    const pres = [...document.querySelectorAll('article pre')];
+    const scrolls = e => e.scrollWidth > e.clientWidth + 1;
+    const outputs = pres.filter(e => e.closest('.cell_output'));
+    const code = pres.filter(e => !e.closest('.cell_output'));
+    return {code: code.length, codeScroll: code.filter(scrolls).length,
+            outputs: outputs.length, outputScroll: outputs.filter(scrolls).length};
+}"""
+
+# Icons: the theme's CSS draws them with the Font Awesome web fonts (its 1.49 MB icon script
+# is replaced by a stub); every visible icon must have its font loaded and a visible width.
+ICONS_JS = """() => {
+    const icons = [...document.querySelectorAll('i[class*="fa-"]')]
+        .filter(i => i.offsetParent !== null);
+    const loaded = [...document.fonts].filter(f => f.family.includes('Font Awesome')
+        && f.status === 'loaded').map(f => f.family);
+    return {icons: icons.length, loaded,
+            blank: icons.filter(i => i.getBoundingClientRect().width < 4).map(i => i.className)};
+}"""
+
+
 def test_every_page_loads_offline_without_errors_and_typesets_math(site, browser):
+    """Desktop width (1280 px): no errors or third-party requests, math typeset, images with
+    alt text, icons drawn, each chapter within the page-weight budget, code that fits."""
     problems = []
     pages = _pages()
     assert len(pages) >= 15
+    weights, overflow = {}, {"code": 0, "codeScroll": 0, "outputs": 0, "outputScroll": 0}
     for path in pages:
         rel = path.relative_to(SITE).as_posix()
         visit = Visit(browser, urljoin(site, rel))
         page = visit.page
+        icons = page.evaluate(ICONS_JS)
+        if not icons["icons"] or not icons["loaded"] or icons["blank"]:
+            problems.append(f"{rel}: icons not drawn: {icons}")
+        if path.parent.name == "notebooks":
+            sizes = visit.weight()
+            weights[rel] = sum(sizes.values())
+            if weights[rel] > PAGE_BUDGET:
+                largest = sorted(sizes.items(), key=lambda item: -item[1])[:5]
+                problems.append(
+                    f"{rel}: loads {weights[rel]:,} bytes, over {PAGE_BUDGET:,}; largest: "
+                    + ", ".join(f"{urlparse(u).path} {n:,}" for u, n in largest)
+                )
+            for key, value in page.evaluate(OVERFLOW_JS).items():
+                overflow[key] += value
         problems += [f"{rel}: {e}" for e in visit.errors + visit.failed]
         problems += [f"{rel}: third-party request {u}" for u in visit.external]
         text = page.inner_text("body")
@@ -156,6 +218,17 @@ def test_every_page_loads_offline_without_errors_and_typesets_math(site, browser
         if empty:
             problems.append(f"{rel}: {empty} empty widget box(es)")
         visit.close()
+    code_share = overflow["codeScroll"] / overflow["code"]
+    output_share = overflow["outputScroll"] / overflow["outputs"]
+    print(
+        f"\nat {DESKTOP} px: {overflow['codeScroll']}/{overflow['code']} code blocks and "
+        f"{overflow['outputScroll']}/{overflow['outputs']} outputs scroll sideways; chapter "
+        f"pages load {min(weights.values()):,}-{max(weights.values()):,} bytes"
+    )
+    if code_share > SCROLL_SHARE:
+        problems.append(f"{code_share:.1%} of code blocks scroll sideways at {DESKTOP} px")
+    if output_share > SCROLL_SHARE:
+        problems.append(f"{output_share:.1%} of outputs scroll sideways at {DESKTOP} px")
     assert not problems, "\n".join(problems)
 
 
@@ -171,33 +244,6 @@ def test_every_chapter_has_launch_and_download_buttons(site):
         ), f"{path.name}: no Colab button"
         assert "mybinder.org" in html, f"{path.name}: no Binder button"
         assert f"_sources/notebooks/{path.stem}" in html, f"{path.name}: no source download"
-
-
-def _anchors(path: Path, cache={}) -> set[str]:  # noqa: B006 - a deliberate per-run memo
-    if path not in cache:
-        cache[path] = set(re.findall(r'\bid="([^"]+)"', path.read_text()))
-    return cache[path]
-
-
-def test_every_internal_link_and_anchor_resolves():
-    problems = []
-    for path in [*_pages(), SITE / "index.html"]:
-        for href in re.findall(r'<a [^>]*href="([^"]+)"', path.read_text()):
-            parsed = urlparse(href)
-            if parsed.scheme or href.startswith(("mailto:", "//", "javascript:")):
-                continue
-            target = path if not parsed.path else (path.parent / unquote(parsed.path)).resolve()
-            if target.is_dir():
-                target = target / "index.html"
-            if not target.exists():
-                problems.append(f"{path.name}: broken link {href}")
-            elif (
-                parsed.fragment
-                and target.suffix == ".html"
-                and unquote(parsed.fragment) not in _anchors(target)
-            ):
-                problems.append(f"{path.name}: missing anchor {href}")
-    assert not problems, "\n".join(problems[:40])
 
 
 def _close(a, b) -> bool:
@@ -293,14 +339,283 @@ def test_widget_weight_per_page_is_small():
         assert weight < 1_000_000, f"{path.name}: widgets add {weight} bytes"
 
 
+CHAPTER = "notebooks/02_why_sqrt_dk.html"
+TARGET = "04_masking.html"  # a chapter the drawer's table of contents links to
+
+
+def _tap_visible(page, selector: str):
+    """Click the first *visible* match: the theme also renders hidden copies of its toggles."""
+    button = page.locator(f"{selector}:visible").first
+    button.click()
+
+
+@pytest.mark.parametrize("width", [PHONE, TABLET])
+def test_menu_buttons_open_drawers_that_navigate(site, browser, width):
+    """The ☰ button opens the table of contents, and a tapped chapter link lands on it; the
+    page-contents button opens the page's contents, and a tapped section link goes there."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    visit = Visit(browser, urljoin(site, CHAPTER), width=width, height=844)
+    page = visit.page
+    _tap_visible(page, ".primary-toggle")
+    assert page.evaluate("document.getElementById('pst-primary-sidebar-modal').open")
+    page.screenshot(path=str(SHOTS / f"drawer-{width}.png"))
+    link = page.locator(f'#pst-primary-sidebar-modal a[href$="{TARGET}"]:visible').first
+    link.click()
+    page.wait_for_url(f"**/{TARGET}")
+
+    _tap_visible(page, ".secondary-toggle")
+    assert page.evaluate("document.getElementById('pst-secondary-sidebar-modal').open")
+    section = page.locator("#pst-secondary-sidebar-modal a[href^='#']:visible").nth(1)
+    anchor = section.get_attribute("href")
+    section.click()
+    page.wait_for_url(f"**/{TARGET}{anchor}")
+    assert not visit.errors, visit.errors
+    visit.close()
+
+
+def test_menu_button_collapses_the_sidebar_on_desktop(site, browser):
+    visit = Visit(browser, urljoin(site, CHAPTER), width=DESKTOP)
+    page = visit.page
+    hidden = (
+        "document.getElementById('pst-primary-sidebar').classList.contains('pst-sidebar-hidden')"
+    )
+    assert not page.evaluate(hidden)
+    _tap_visible(page, ".primary-toggle")
+    assert page.evaluate(hidden)
+    _tap_visible(page, ".primary-toggle")
+    assert not page.evaluate(hidden)
+    # Page contents: a drawer at every width, so the code column keeps its 100+ characters.
+    _tap_visible(page, ".secondary-toggle")
+    assert page.evaluate("document.getElementById('pst-secondary-sidebar-modal').open")
+    assert page.locator("#pst-secondary-sidebar-modal a[href^='#']:visible").count() >= 3
+    assert not visit.errors, visit.errors
+    visit.close()
+
+
+PHONE_JS = """() => {
+    const view = document.documentElement.clientWidth;
+    const wide = [...document.querySelectorAll('article *')].filter(e => {
+        const r = e.getBoundingClientRect();
+        return r.right > view + 1 && !e.closest(
+            'pre, div.math, table, mjx-container, .attnbook-widget, .highlight, .cell_output');
+    }).map(e => e.tagName + ' ' + (e.textContent || '').trim().slice(0, 40));
+    // Display math that scrolls must show a cue on the element that scrolls.
+    const maths = [...document.querySelectorAll('article div.math')]
+        .filter(m => m.scrollWidth > m.clientWidth + 1);
+    const noCue = maths.filter(m => !getComputedStyle(m).backgroundImage.includes('radial-gradient')
+        || !['auto', 'scroll'].includes(getComputedStyle(m).overflowX));
+    // Text in widget drawings, in CSS px as rendered (font size times the SVG's scale).
+    const sizes = [...document.querySelectorAll('.attnbook-widget svg text')]
+        .filter(t => t.textContent.trim() && t.getBBox().width > 0).map(t => {
+            const m = t.getScreenCTM();
+            return parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
+        });
+    return {pageWidth: document.documentElement.scrollWidth, view, wide: wide.slice(0, 3),
+            scrollingMath: maths.length, noCue: noCue.length,
+            widgetText: sizes.length ? Math.min(...sizes) : null, widgetTexts: sizes.length};
+}"""
+
+
+def test_pages_fit_a_phone(site, browser):
+    """At 390 px: no page is wider than the screen, display math that scrolls shows a cue,
+    and text inside every widget drawing renders at 10 px or more."""
+    problems, smallest = [], {}
+    for path in _pages():
+        rel = path.relative_to(SITE).as_posix()
+        visit = Visit(browser, urljoin(site, rel), width=PHONE, height=844)
+        result = visit.page.evaluate(PHONE_JS)
+        if result["pageWidth"] > result["view"] + 1:
+            problems.append(f"{rel}: page is {result['pageWidth']} px wide: {result['wide']}")
+        if result["noCue"]:
+            problems.append(f"{rel}: {result['noCue']} scrolling display equation(s) without a cue")
+        if result["widgetText"] is not None:
+            smallest[rel] = round(result["widgetText"], 1)
+            if result["widgetText"] < MIN_WIDGET_TEXT_PX:
+                problems.append(
+                    f"{rel}: widget text renders at {result['widgetText']:.1f} px on a phone"
+                )
+        if path.name == "how_to_use.html":
+            visit.page.screenshot(path=str(SHOTS / "how-to-use-390.png"), full_page=False)
+        visit.close()
+    print(f"\nsmallest widget text at {PHONE} px: {smallest}")
+    assert smallest, "no widget drawing found on any page"
+    assert not problems, "\n".join(problems)
+
+
 def test_screenshots_for_review(site, browser):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    for rel, name, width in [
-        ("book/intro.html", "landing.png", 1200),
-        ("notebooks/01_deriving_self_attention.html", "chapter01.png", 1200),
-        ("notebooks/02_why_sqrt_dk.html", "chapter02-phone.png", 400),
-    ]:
-        visit = Visit(browser, urljoin(site, rel), width=width)
+    shots = [
+        ("book/intro.html", "landing-1280.png", DESKTOP, None),
+        ("notebooks/01_deriving_self_attention.html", "chapter01-1280.png", DESKTOP, None),
+        ("notebooks/02_why_sqrt_dk.html", "chapter02-900.png", TABLET, None),
+        ("notebooks/02_why_sqrt_dk.html", "chapter02-390.png", PHONE, None),
+        ("notebooks/02_why_sqrt_dk.html", "chapter02-390-dark.png", PHONE, "dark"),
+        ("notebooks/01_deriving_self_attention.html", "chapter01-1280-dark.png", DESKTOP, "dark"),
+    ]
+    for rel, name, width, mode in shots:
+        visit = Visit(browser, urljoin(site, rel), width=width, height=844, mode=mode)
+        if mode == "dark":  # no light-grey slab behind outputs and widgets in dark mode
+            grey = visit.page.evaluate("""() => [...document.querySelectorAll(
+                'div.cell_output .text_html, div.cell_output img')]
+                .map(e => getComputedStyle(e)).filter(cs => cs.paddingTop !== '0px'
+                    || (cs.backgroundColor !== 'rgba(0, 0, 0, 0)'
+                        && cs.backgroundColor !== 'rgb(255, 255, 255)')).length""")
+            assert not grey, f"{rel}: {grey} output(s) on a grey panel in dark mode"
+            widget = visit.page.locator(".attnbook-widget").first
+            if widget.count():
+                widget.scroll_into_view_if_needed()
         visit.page.screenshot(path=str(SHOTS / name), full_page=False)
         visit.close()
         assert (SHOTS / name).stat().st_size > 10_000
+
+
+def test_search_snippets_show_no_raw_tex(site, browser):
+    visit = Visit(browser, urljoin(site, "search.html?q=softmax"))
+    page = visit.page
+    page.wait_for_function(
+        "() => (document.querySelector('#search-results .search-summary') || {}).textContent"
+        "?.includes('found')",
+        timeout=60_000,
+    )
+    page.wait_for_function(
+        "() => document.querySelectorAll('#search-results li').length > 0 && "
+        "[...document.querySelectorAll('#search-results li')].every(li => li.querySelector('p'))",
+        timeout=60_000,
+    )
+    snippets = page.locator("#search-results li p").all_inner_texts()
+    assert len(snippets) >= 5
+    raw = [t for t in snippets if re.search(r"\\[()\[\]]|\\(frac|sqrt|top|mathrm)\b|\$\$", t)]
+    assert not raw, raw[:3]
+    assert not visit.errors, visit.errors
+    visit.close()
+
+
+def test_reference_list_links_back_and_links_arxiv():
+    html = (SITE / "book" / "references.html").read_text()
+    entries = re.findall(r'<div class="citation".*?</div>', html, re.S)
+    assert len(entries) >= 20
+    backrefs = [e for e in entries if 'class="attnbook-backrefs"' in e]
+    assert len(backrefs) >= len(entries) * 0.8, f"only {len(backrefs)} of {len(entries)} link back"
+    unlinked = [
+        arxiv
+        for entry in entries
+        for arxiv in re.findall(
+            r"arXiv:?\s*\d{4}\.\d{4,5}", re.sub(r"<a [^>]*>.*?</a>", "", entry, flags=re.S)
+        )
+    ]
+    assert not unlinked, f"arXiv ids without a link (give the entry an eprint field): {unlinked}"
+
+
+def test_chapters_link_to_the_glossary_and_number_headings_once():
+    chapters = _chapters()
+    linking = [p.name for p in chapters if 'href="../book/glossary.html#term-' in p.read_text()]
+    assert linking, "no chapter links a term to the glossary"
+    twice = []
+    for path in _pages():
+        for heading in re.findall(r"<h[1-6]>(.*?)</h[1-6]>", path.read_text(), re.S):
+            if re.match(r'<span class="section-number">[^<]*</span>\s*\d+\.\s', heading):
+                twice.append(f"{path.name}: {re.sub(r'<[^>]+>', '', heading)[:50]}")
+    assert not twice, twice
+
+
+def test_every_page_has_a_favicon_and_a_link_preview():
+    for path in [*_pages(), SITE / "search.html"]:
+        html = path.read_text()
+        assert re.search(r'<link rel="icon" href="[^"]*favicon\.svg"', html), path.name
+        description = re.search(r'<meta name="description" content="([^"]+)"', html)
+        assert description and len(description.group(1)) >= 20, path.name
+        assert "\\" not in description.group(1), f"{path.name}: TeX in {description.group(1)}"
+        for tag in ("og:title", "og:description", "og:type", "og:site_name"):
+            assert f'<meta property="{tag}" content="' in html, f"{path.name}: no {tag}"
+
+
+def test_site_ships_only_what_pages_use():
+    shipped = [p.relative_to(SITE).as_posix() for p in SITE.rglob("*") if p.is_file()]
+    unwanted = [
+        p
+        for p in shipped
+        if "html-manager" in p or "requirejs" in p or p.endswith((".map", ".ttf", "embed-amd.js"))
+    ]
+    assert not unwanted, unwanted[:10]
+    assert (SITE / "_static" / "scripts" / "fontawesome.js").stat().st_size < 2_000
+    for path in _chapters():
+        html = path.read_text()
+        assert "require.js" not in html and "embed-amd" not in html, path.name
+        assert "widget-state+json" not in html, f"{path.name}: carries ipywidgets state"
+
+
+def test_whole_book_pdf_builds_with_sane_page_and_figure_counts(site, browser):
+    """Prints the book (scripts/build_pdf.py, as `make pdf` does) into the site, where the
+    intro page links to it, and checks what came out."""
+    import sys
+
+    from pypdf import PdfReader
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_pdf import PDF_NAME, book_pages, print_book
+
+    out = SITE / PDF_NAME
+    counts = print_book(browser, site, out)
+    reader = PdfReader(out)
+    documents = len(book_pages())
+    chapter_figures = sum(
+        len(re.findall(r"<img [^>]*src=\"\.\./_images/", p.read_text())) for p in _chapters()
+    )
+    assert counts["figures"] >= chapter_figures > 10
+    assert documents * 2 <= len(reader.pages) <= documents * 40, len(reader.pages)
+    assert len(reader.outline) == documents
+    images = _pdf_images(reader)
+    print(f"\nPDF: {len(reader.pages)} pages, {images} images, {out.stat().st_size:,} bytes")
+    assert images >= chapter_figures, (images, chapter_figures)
+    text = "".join(reader.pages[i].extract_text() for i in range(min(len(reader.pages), 30)))
+    assert "Attention" in text
+    assert not re.search(r"\\\(|\\\[|\\frac", text), "raw TeX in the PDF"
+    assert 'href="../attention-and-transformers.pdf"' in (SITE / "book" / "intro.html").read_text()
+
+
+def _pdf_images(reader) -> int:
+    """Distinct image objects drawn on the PDF's pages (including inside form XObjects)."""
+    seen = set()
+
+    def walk(resources):
+        xobjects = (resources or {}).get("/XObject") or {}
+        for ref in xobjects.values():
+            obj = ref.get_object()
+            key = getattr(ref, "idnum", id(obj))
+            if obj.get("/Subtype") == "/Image":
+                seen.add(key)
+            elif obj.get("/Subtype") == "/Form" and key not in seen:
+                seen.add(("form", key))
+                walk(obj.get("/Resources"))
+
+    for page in reader.pages:
+        walk(page.get("/Resources"))
+    return sum(1 for key in seen if not isinstance(key, tuple))
+
+
+def _anchors(path: Path, cache={}) -> set[str]:  # noqa: B006 - a deliberate per-run memo
+    if path not in cache:
+        cache[path] = set(re.findall(r'\bid="([^"]+)"', path.read_text()))
+    return cache[path]
+
+
+def test_every_internal_link_and_anchor_resolves():
+    """Runs after the PDF test (file order): the intro page links to the printed book."""
+    problems = []
+    for path in [*_pages(), SITE / "index.html"]:
+        for href in re.findall(r'<a [^>]*href="([^"]+)"', path.read_text()):
+            parsed = urlparse(href)
+            if parsed.scheme or href.startswith(("mailto:", "//", "javascript:")):
+                continue
+            target = path if not parsed.path else (path.parent / unquote(parsed.path)).resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                problems.append(f"{path.name}: broken link {href}")
+            elif (
+                parsed.fragment
+                and target.suffix == ".html"
+                and unquote(parsed.fragment) not in _anchors(target)
+            ):
+                problems.append(f"{path.name}: missing anchor {href}")
+    assert not problems, "\n".join(problems[:40])

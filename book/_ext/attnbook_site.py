@@ -4,6 +4,8 @@
   ``launch_buttons.thebe: false``; its inline configuration is added twice, which throws
   "Identifier 'THEBE_JS_URL' has already been declared" on every page, and it names a CDN.
   The book offers Colab, Binder and JupyterLab instead of in-page execution.
+* Drop the ipywidgets state that myst-nb embeds when a notebook was saved with it: the site
+  shows each widget's own HTML + JavaScript face and loads no widget manager to read it.
 * Link previews: a ``description`` and Open Graph tags on every page, from the page's title
   and first paragraph.
 * References link back to where each work is cited (sphinxcontrib-bibtex lists each entry
@@ -31,14 +33,17 @@ from docutils import nodes
 DESCRIPTION_CHARS = 160
 
 
-def _drop_thebe(app, pagename, templatename, context, doctree):
+def _drop_scripts(app, pagename, templatename, context, doctree):
     scripts = context.get("script_files", [])
     kept = []
     for script in scripts:
         filename = str(getattr(script, "filename", script) or "")
-        body = str(getattr(script, "attributes", {}).get("body", ""))
+        attributes = getattr(script, "attributes", {})
+        body = str(attributes.get("body", ""))
         if "sphinx-thebe" in filename or "THEBE_JS_URL" in body:
             continue
+        if attributes.get("type") == "application/vnd.jupyter.widget-state+json":
+            continue  # ipywidgets state saved with a notebook: no page has a manager to read it
         kept.append(script)
     context["script_files"] = kept
 
@@ -297,7 +302,7 @@ def _ship_only_what_pages_load(app, exception):
 
 
 def setup(app):
-    app.connect("html-page-context", _drop_thebe)
+    app.connect("html-page-context", _drop_scripts)
     app.connect("html-page-context", _meta_tags)
     app.connect("html-page-context", _backrefs)
     app.connect("build-finished", _ship_only_what_pages_load)
