@@ -116,6 +116,8 @@ bench: setup
 	$(BIN)/python benchmarks/book_build.py --write
 	$(BIN)/python benchmarks/widget_latency.py --write
 	$(BIN)/python benchmarks/tiled_attention.py --write
+	$(BIN)/python benchmarks/labs_vs_source.py --write
+	$(BIN)/python benchmarks/clean_clone.py --write
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache .hypothesis dist build src/*.egg-info

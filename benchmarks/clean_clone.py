@@ -1,0 +1,69 @@
+"""The README's two commands from a clean clone, timed: `make book` and `make test`.
+
+    python benchmarks/clean_clone.py [--write] [--only book|test]
+
+Each command runs in its own fresh `git clone` of this repository's HEAD in a temporary
+folder (so nothing built here is reused: no .venv, no node_modules, no _build), exactly as a
+new contributor or CI would run it. Package-manager caches (uv's, pip's, npm's) are the
+machine's own and stay warm between runs; a machine with cold caches adds its download time.
+The goals: clean clone -> `make book` within 90 s, -> `make test` within 240 s. The script
+also reads how many chapters the site build executed (it should be none: it takes the
+stored outputs that strict nbval has just re-checked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _report import report, table
+
+ROOT = Path(__file__).resolve().parents[1]
+GOALS = {"book": 90.0, "test": 240.0}
+
+
+def clean_clone_run(target: str) -> tuple[float, str]:
+    with tempfile.TemporaryDirectory(prefix="attnbook-clone-") as scratch:
+        clone = Path(scratch) / "book"
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        start = time.perf_counter()
+        result = subprocess.run(
+            ["make", target], cwd=clone, capture_output=True, text=True, timeout=3600
+        )
+        seconds = time.perf_counter() - start
+        log = result.stdout + result.stderr
+        if result.returncode:
+            sys.exit(f"make {target} failed in the clean clone:\n{log[-4000:]}")
+    return seconds, log
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="record in RESULTS.md")
+    parser.add_argument("--only", choices=sorted(GOALS))
+    args = parser.parse_args()
+    rows = []
+    for target in [args.only] if args.only else ["book", "test"]:
+        seconds, log = clean_clone_run(target)
+        executed = log.count("Executing notebook")
+        verified = re.search(r"site build executed (\d+) of (\d+) chapters", log)
+        note = f"site build executed {executed} chapters"
+        if verified:
+            note += f" (verified: {verified[1]} of {verified[2]})"
+        goal = GOALS[target]
+        rows.append(
+            [f"make {target}", f"{seconds:.0f}", f"{goal:.0f}", f"{seconds / goal:.2f}", note]
+        )
+    body = table(["clean clone ->", "seconds", "goal (s)", "ratio to goal", "notes"], rows)
+    report("clean_clone", "The README's commands from a clean clone", body, write=args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
