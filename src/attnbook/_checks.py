@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
 # torch is imported inside the tensor checks, not here, so that attnbook.costs (pure integer
@@ -33,6 +35,7 @@ __all__ = [
     "require_tensor",
     "require_values",
     "tolerance_for",
+    "too_large",
 ]
 
 DtypeKind = Literal["floating", "integer", "bool"]
@@ -199,6 +202,10 @@ def require_qkv(
         raise ValueError(f"q and k need dk >= 1 features, got {shapes}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k has Tk={k.shape[-2]} tokens but v has {v.shape[-2]}; got {shapes}")
+    if not q.device == k.device == v.device:
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
     if q.dim() >= 3:
         hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
         if hk != hv:
@@ -304,3 +311,22 @@ def tolerance_for(atol_float32: float, *dtypes: torch.dtype) -> float:
 
     eps = max((torch.finfo(d).eps for d in dtypes if d.is_floating_point), default=_FLOAT32_EPS)
     return atol_float32 * max(1.0, eps / _FLOAT32_EPS)
+
+
+@contextmanager
+def too_large(what: str) -> Iterator[None]:
+    """Turn torch's allocation failures inside the block into a ``ValueError`` naming ``what``.
+
+    ``what`` names the arguments that set the size, e.g. ``"t_q=10**12, t_k=10**12"``; torch's
+    own message (an overflowed size, or an allocator that cannot find the bytes) follows it.
+    """
+    try:
+        yield
+    except OverflowError as error:
+        raise ValueError(f"{what} is too large ({error})") from None
+    except RuntimeError as error:
+        text = str(error)
+        if "allocate" not in text and "overflow" not in text.lower():
+            raise
+        first = text.splitlines()[0] if text else type(error).__name__
+        raise ValueError(f"{what} is too large to allocate ({first[:160]})") from None

@@ -144,6 +144,8 @@ def attention(
     scores_shape = (*q.shape[:-1], k.shape[-2])  # (..., Hq, Tq, Tk)
     if mask is not None:
         mask = require_tensor("mask", mask, dtype="bool", shape_hint="(..., Hq, Tq, Tk)")
+        if mask.device != q.device:
+            raise ValueError(f"mask is on {mask.device} but q, k and v are on {q.device}")
         try:
             fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
         except RuntimeError:

@@ -32,6 +32,7 @@ from attnbook._checks import (
     require_tensor,
     require_values,
     tolerance_for,
+    too_large,
 )
 from attnbook.attention import _working_dtype
 
@@ -116,7 +117,7 @@ def check_loss_masking(
     require_callable("loss_fn", loss_fn)
     labels = require_tensor("labels", labels, rank=2, dtype="integer", shape_hint="(B, T)")
     valid = require_tensor("valid", valid, rank=2, dtype="bool", shape_hint="(B, T)")
-    vocab = require_int("vocab", vocab, minimum=1)
+    vocab = require_int("vocab", vocab, minimum=1, maximum=2**62)  # int64 comparisons below
     atol = require_real("atol", atol, positive=True)
     require_same_shape("labels", labels, "valid", valid)
     require_values("labels", labels)
@@ -134,8 +135,9 @@ def check_loss_masking(
         return require_scalar("loss_fn(logits, labels)", loss_fn(logits, labels)).item()
 
     gen = torch.Generator().manual_seed(0)
-    uniform = loss(torch.zeros(*valid.shape, vocab).to(labels.device))
-    logits = torch.randn(*valid.shape, vocab, generator=gen)  # (B, T, V)
+    with too_large(f"vocab={vocab} for labels of shape {tuple(labels.shape)}"):
+        uniform = loss(torch.zeros(*valid.shape, vocab).to(labels.device))
+        logits = torch.randn(*valid.shape, vocab, generator=gen)  # (B, T, V)
     noisy = logits + 10 * torch.randn(logits.shape, generator=gen) * (~valid.cpu())[..., None]
     moved = abs(loss(noisy.to(labels.device)) - loss(logits.to(labels.device)))
     # Written so that a NaN loss fails: NaN <= atol is False.

@@ -16,9 +16,17 @@ from collections.abc import Sequence
 
 import torch
 
-from attnbook._checks import require_device, require_int, require_positive_int, require_tensor
+from attnbook._checks import (
+    require_device,
+    require_int,
+    require_positive_int,
+    require_tensor,
+    too_large,
+)
 
 __all__ = ["causal_mask", "padding_mask", "segment_mask", "sliding_window_mask"]
+
+_MAX_POSITIONS = 2**62  # past this, torch's int64 arithmetic on positions can overflow
 
 
 def _query_key_positions(
@@ -28,8 +36,9 @@ def _query_key_positions(
     t_k = t_q if t_k is None else require_positive_int("t_k", t_k)
     offset = t_k - t_q if offset is None else require_int("offset", offset)
     device = require_device("device", device)
-    query_pos = torch.arange(t_q, device=device).unsqueeze(-1) + offset  # (t_q, 1)
-    key_pos = torch.arange(t_k, device=device).unsqueeze(0)  # (1, t_k)
+    with too_large(f"t_q={t_q}, t_k={t_k} (offset={offset})"):
+        query_pos = torch.arange(t_q, device=device).unsqueeze(-1) + offset  # (t_q, 1)
+        key_pos = torch.arange(t_k, device=device).unsqueeze(0)  # (1, t_k)
     return query_pos, key_pos
 
 
@@ -59,7 +68,8 @@ def causal_mask(
         2 and 3 reading a cache of four keys.
     """
     query_pos, key_pos = _query_key_positions(t_q, t_k, offset, device)
-    return key_pos <= query_pos  # (Tq, Tk)
+    with too_large(f"t_q={t_q}, t_k={t_k}"):
+        return key_pos <= query_pos  # (Tq, Tk)
 
 
 def sliding_window_mask(
@@ -82,8 +92,9 @@ def sliding_window_mask(
     """
     window = require_positive_int("window", window)
     query_pos, key_pos = _query_key_positions(t_q, t_k, offset, device)
-    distance = query_pos - key_pos  # (Tq, Tk)
-    return (distance >= 0) & (distance < window)
+    with too_large(f"t_q={t_q}, t_k={t_k}"):
+        distance = query_pos - key_pos  # (Tq, Tk)
+        return (distance >= 0) & (distance < window)
 
 
 def padding_mask(lengths: torch.Tensor | Sequence[int], t: int) -> torch.Tensor:
@@ -100,7 +111,7 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], t: int) -> torch.Tensor:
         outputs at padded *query* positions are still computed and should be ignored.
         ``lengths`` on the ``meta`` device (shapes only) gives a meta mask, unchecked.
     """
-    t = require_positive_int("t", t)
+    t = require_int("t", t, minimum=1, maximum=_MAX_POSITIONS)
     if not isinstance(lengths, torch.Tensor):
         if not isinstance(lengths, Sequence):
             raise TypeError(f"lengths must be a 1-D tensor or a sequence of ints, got {lengths!r}")
@@ -111,8 +122,9 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], t: int) -> torch.Tensor:
         raise ValueError("lengths is empty; need one length per sequence (B >= 1)")
     if not lengths.is_meta and bool(((lengths < 0) | (lengths > t)).any()):
         raise ValueError(f"lengths must lie in [0, t={t}], got {lengths.tolist()}")
-    key_pos = torch.arange(t, device=lengths.device)  # (T,)
-    valid = key_pos < lengths.unsqueeze(-1)  # (B, T)
+    with too_large(f"t={t}"):
+        key_pos = torch.arange(t, device=lengths.device)  # (T,)
+        valid = key_pos < lengths.unsqueeze(-1)  # (B, T)
     return valid[:, None, None, :]  # (B, 1, 1, T)
 
 

@@ -94,7 +94,7 @@ class TinyRetriever(nn.Module):
         q, k, v = (split_heads(z, self.heads) for z in qkv)  # (N, H, T, dk) each
         out, weights = attention(q, k, v, causal_mask(t), return_weights=True)  # (N, H, T, dk)
         if head_mask is not None:
-            out = out * head_mask.view(1, -1, 1, 1)
+            out = out * head_mask.to(out.dtype).view(1, -1, 1, 1)
         x = x + self.proj(merge_heads(out))  # (N, T, d)
         x = x + self.ffn(self.norm2(x))
         return self.head(self.norm_out(x)), weights  # (N, T, V), (N, H, T, T)

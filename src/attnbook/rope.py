@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from attnbook._checks import require_positive_int, require_real, require_tensor
+from attnbook._checks import require_positive_int, require_real, require_tensor, too_large
 
 __all__ = ["apply_rope", "rope_angles", "rope_frequencies"]
 
@@ -45,7 +45,8 @@ def rope_frequencies(d: int, *, base: float = 10000.0) -> torch.Tensor:
     """
     d = _require_even_width(d)
     base = require_real("base", base, positive=True)
-    exponents = torch.arange(0, d, 2, dtype=torch.float64) / d  # (d/2,)
+    with too_large(f"d={d}"):
+        exponents = torch.arange(0, d, 2, dtype=torch.float64) / d  # (d/2,)
     return base**-exponents
 
 
@@ -108,6 +109,13 @@ def apply_rope(
             f"x.shape[:-1] = {tuple(x.shape[:-1])}"
         )
 
+    if positions.is_meta and not x.is_meta:
+        raise ValueError(
+            f"positions is a meta tensor (no values) but x is on {x.device}; the angles need "
+            "the positions' values"
+        )
+    if x.is_meta:  # shapes only: follow x onto the meta device
+        positions = positions.to("meta")
     # MPS has no float64; compute the angles on the CPU there and move only cos/sin.
     on_mps = positions.device.type == "mps"
     angles = rope_angles(positions.cpu() if on_mps else positions, d, base=base)  # (..., T, d/2)

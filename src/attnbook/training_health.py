@@ -66,7 +66,10 @@ def watch_activations(model: nn.Module, *inputs: torch.Tensor) -> list[tuple[str
         def record(_module, _args, out) -> None:
             if isinstance(out, torch.Tensor) and out.is_floating_point():
                 finite = bool(torch.isfinite(out).all())
-                records.append((name, out.detach().abs().nan_to_num(math.inf).max().item(), finite))
+                largest = (
+                    out.detach().abs().nan_to_num(math.inf).amax().item() if out.numel() else 0.0
+                )
+                records.append((name, largest, finite))
 
         return record
 
@@ -89,9 +92,11 @@ def grad_norm(model: nn.Module) -> float:
     parameters may live on several devices. 0.0 when no parameter has a gradient.
     """
     require_instance("model", model, nn.Module)
-    grads = [p.grad.detach() for p in model.parameters() if p.grad is not None]
-    for g in grads:
-        require_values("a parameter's grad", g)
+    grads = [
+        require_values(f"model.{name}.grad", p.grad.detach())
+        for name, p in model.named_parameters()
+        if p.grad is not None
+    ]
     norms = [g.to(_working_dtype(g.dtype)).norm().cpu() for g in grads]
     if not norms:
         return 0.0
