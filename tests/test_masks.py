@@ -93,3 +93,16 @@ def test_masks_are_built_on_the_requested_device():
     # The meta device allocates nothing, yet shows where the tensor would live.
     assert causal_mask(3, device="meta").device.type == "meta"
     assert sliding_window_mask(3, window=2, device="meta").device.type == "meta"
+
+
+def test_masks_on_the_meta_device_have_shapes_only():
+    # Shape-only runs (memory counting on meta tensors) build their masks there too.
+    lengths = torch.tensor([2, 4], device="meta")
+    mask = padding_mask(lengths, 4)
+    assert mask.is_meta and mask.shape == (2, 1, 1, 4)
+    assert causal_mask(3, 5, device="meta").is_meta
+    assert sliding_window_mask(3, window=2, device=torch.device("meta")).shape == (3, 3)
+
+
+def test_device_given_as_a_string_or_device():
+    assert torch.equal(causal_mask(3, device="cpu"), causal_mask(3, device=torch.device("cpu")))
