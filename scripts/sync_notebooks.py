@@ -47,6 +47,11 @@ def notebook(md: Path, portable: Portable | None = None) -> nbformat.NotebookNod
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = portable.markdown(cell.source)
+        elif "hide-input" in cell.metadata.get("tags", []):
+            # The site folds this cell's code behind a toggle; fold it in the notebook too:
+            # JupyterLab reads jupyter.source_hidden, Colab shows a cellView "form" collapsed.
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+            cell.metadata["cellView"] = "form"
     # Cell ids derived from the cell's own text (jupytext would draw random ones), so that
     # re-syncing an unchanged chapter rewrites nothing and an edit changes only its cell.
     seen: dict[str, int] = {}
