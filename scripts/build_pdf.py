@@ -1,7 +1,7 @@
 """Print the built site into one PDF of the whole book: `make pdf` (after `make book`).
 
 Offline and TeX-free: each page of `_build/html`, in `_toc.yml` order, is opened in the
-system Chromium (served from 127.0.0.1, every other request refused), printed once MathJax
+system Chromium (served from 127.0.0.1, every other host unresolvable), printed once MathJax
 has typeset it and its widgets have drawn, with the site's print stylesheet (no navigation,
 code wrapped instead of cut, exercise answers opened); pypdf then joins the pages into
 `_build/html/attention-and-transformers.pdf` with one bookmark per page, so the site links
@@ -21,7 +21,6 @@ import shutil
 import sys
 import threading
 from pathlib import Path
-from urllib.parse import urlparse
 
 import yaml
 
@@ -36,6 +35,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
     "--disable-sync",
+    # Offline by construction: every host but this machine fails to resolve.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
 # Header and footer templates are rendered by Chromium in their own tiny document.
 FOOTER = (
@@ -66,12 +67,21 @@ def _serve(site: Path):
     return server, f"http://127.0.0.1:{server.server_port}/"
 
 
-def _local_only(route):
-    host = urlparse(route.request.url).hostname
-    if host in {"127.0.0.1", "localhost"} or route.request.url.startswith("data:"):
-        route.continue_()
-    else:
-        route.abort()
+# Before printing: math typeset, exercise answers open, every figure loaded, fonts ready.
+PREPARE_JS = """async () => {
+    localStorage.setItem('mode', 'light');
+    document.documentElement.dataset.theme = 'light';
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+        await MathJax.startup.promise;
+    }
+    document.querySelectorAll('details').forEach(d => { d.open = true; });
+    const imgs = [...document.querySelectorAll('article img')];
+    imgs.forEach(img => img.removeAttribute('loading'));
+    await Promise.all(imgs.map(img => img.complete ? null :
+        new Promise(done => { img.onload = img.onerror = done; })));
+    await document.fonts.ready;
+    return imgs.filter(img => img.naturalWidth > 0).length;
+}"""
 
 
 def print_book(browser, base_url: str, out: Path, pages: list[str] | None = None) -> dict:
@@ -84,25 +94,19 @@ def print_book(browser, base_url: str, out: Path, pages: list[str] | None = None
     )
     writer = PdfWriter()
     figures = 0
+
+    def open_page(rel: str):
+        page = context.new_page()
+        page.goto(base_url + rel, wait_until="commit")  # loads while the previous one prints
+        return page
+
     try:
-        for rel in pages:
-            page = context.new_page()
-            page.route("**/*", _local_only)
-            page.goto(base_url + rel, wait_until="load")
-            figures += page.evaluate("""async () => {
-                localStorage.setItem('mode', 'light');
-                document.documentElement.dataset.theme = 'light';
-                if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
-                    await MathJax.startup.promise;
-                }
-                document.querySelectorAll('details').forEach(d => { d.open = true; });
-                const imgs = [...document.querySelectorAll('article img')];
-                imgs.forEach(img => img.removeAttribute('loading'));
-                await Promise.all(imgs.map(img => img.complete ? null :
-                    new Promise(done => { img.onload = img.onerror = done; })));
-                await document.fonts.ready;
-                return imgs.filter(img => img.naturalWidth > 0).length;
-            }""")
+        upcoming = open_page(pages[0])
+        for index in range(len(pages)):
+            page = upcoming
+            upcoming = open_page(pages[index + 1]) if index + 1 < len(pages) else None
+            page.wait_for_load_state("load")
+            figures += page.evaluate(PREPARE_JS)
             title = page.title().split(" — ")[0].strip()
             data = page.pdf(
                 format="A4",
@@ -114,8 +118,7 @@ def print_book(browser, base_url: str, out: Path, pages: list[str] | None = None
             )
             page.close()
             start = len(writer.pages)
-            reader = PdfReader(io.BytesIO(data))
-            for pdf_page in reader.pages:
+            for pdf_page in PdfReader(io.BytesIO(data)).pages:
                 writer.add_page(pdf_page)
             writer.add_outline_item(title=title, page_number=start)
     finally:
