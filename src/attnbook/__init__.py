@@ -23,7 +23,9 @@ Conventions
 Modules: ``attention``, ``heads``, ``masks``, ``rope``, ``costs``, ``online_softmax``, ``memory``,
 ``plots``, ``widgets``, ``runtime``; the labs add ``retrieval`` (the task) with
 ``retrieval_model`` (its model and training), and ``diagnostics`` (data and mask contracts)
-with ``training_health`` (activations, gradients, memory, entropy).
+with ``training_health`` (activations, gradients, memory, entropy). The tiny GPT of chapter 13
+adds ``norm`` (RMSNorm), ``kv_cache``, ``gpt`` (the model and its parameter and FLOP counts),
+``sampling``, ``corpus`` (the book's prose as characters) and ``lm_training``.
 Nothing is imported eagerly here so that ``import attnbook`` stays cheap.
 """
 

@@ -1,0 +1,75 @@
+"""Autoregressive sampling from :class:`attnbook.gpt.TinyGPT`, with or without a KV cache.
+
+With the cache, the prompt is run once (prefill) and each later step feeds only the newest
+token; without it, every step runs the whole sequence again. Both paths see the same
+positions and histories, so their logits agree up to float rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnbook._checks import (
+    require_bool,
+    require_instance,
+    require_int,
+    require_real,
+    require_tensor,
+)
+from attnbook.gpt import TinyGPT
+
+__all__ = ["generate"]
+
+
+def generate(
+    model: TinyGPT,
+    prompt: torch.Tensor,
+    steps: int,
+    *,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``steps`` tokens after ``prompt``, one at a time, without gradients.
+
+    Args:
+        model: the language model (put it in eval mode first if it has dropout; this one has
+            none).
+        prompt: integer ids ``(B, P)`` with ``P >= 1``.
+        steps: new tokens to sample (``>= 1``); ``P + steps`` must fit ``model.config.context``,
+            the size of the cache.
+        temperature: divides the logits before the softmax (> 0); lower is greedier.
+        generator: the sampling noise, for reproducible text.
+        use_cache: decode with a :class:`attnbook.kv_cache.KVCache` (default) or rerun the
+            full sequence at every step.
+
+    Returns:
+        ``(ids, logits)``: ``ids (B, P + steps)`` is the prompt followed by the samples, and
+        ``logits (B, steps, V)`` holds the logits each sample was drawn from (before the
+        temperature), so that the two paths can be compared step by step.
+    """
+    require_instance("model", model, TinyGPT)
+    steps = require_int("steps", steps, minimum=1)
+    temperature = require_real("temperature", temperature, positive=True)
+    use_cache = require_bool("use_cache", use_cache)
+    if generator is not None:
+        require_instance("generator", generator, torch.Generator)
+    prompt = require_tensor("prompt", prompt, rank=2, dtype="integer", shape_hint="(B, P)")
+    context = model.config.context
+    if prompt.shape[1] + steps > context:
+        raise ValueError(
+            f"prompt of {prompt.shape[1]} tokens plus steps={steps} exceeds the model's "
+            f"context={context}"
+        )
+    ids, history = prompt, []
+    with torch.no_grad():
+        cache = model.new_cache(batch=prompt.shape[0]) if use_cache else None
+        logits = model(prompt, cache=cache)[:, -1]  # (B, V): checks the prompt, too
+        for step in range(steps):
+            history.append(logits)
+            probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
+            token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
+            ids = torch.cat((ids, token), dim=1)  # (B, P + step + 1)
+            if step + 1 < steps:
+                logits = (model(token, cache=cache) if use_cache else model(ids))[:, -1]
+    return ids, torch.stack(history, dim=1)  # (B, P + steps), (B, steps, V)

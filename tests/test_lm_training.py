@@ -1,0 +1,106 @@
+"""Training the tiny GPT: the schedule, the per-position loss against a direct computation,
+reproducibility, and (slow) the chapter's run on five seeds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnbook.corpus import CharVocab, book_text, count_cross_entropy
+from attnbook.gpt import GPTConfig, TinyGPT
+from attnbook.lm_training import TrainConfig, position_losses, train_lm
+
+
+def test_schedule_warms_up_then_decays_to_a_tenth():
+    recipe = TrainConfig(steps=100, warmup=10, lr=1.0)
+    lrs = [recipe.lr_at(s) for s in range(100)]
+    assert lrs[0] == 0.1 and lrs[9] == 1.0  # linear warmup reaches the peak at step warmup - 1
+    assert all(a >= b for a, b in itertools.pairwise(lrs[9:]))  # then only decays
+    assert math.isclose(recipe.lr_at(100), 0.1) and min(lrs[10:]) > 0.1
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        recipe.lr_at(-1)
+
+
+def test_position_losses_average_to_the_plain_cross_entropy():
+    torch.manual_seed(0)
+    config = GPTConfig(vocab=7, width=8, heads=2, kv_heads=1, context=5)
+    model, ids = TinyGPT(config).eval(), torch.randint(7, (23,))
+    per_position = position_losses(model, ids, batch=2)
+    windows = torch.stack([ids[i : i + 6] for i in range(0, 20, 5)])  # 4 windows, 1 id overlap
+    with torch.no_grad():
+        logits = model(windows[:, :-1])
+    direct = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(0)
+    torch.testing.assert_close(per_position, direct)
+    torch.testing.assert_close(position_losses(model, ids, batch=3), per_position)
+    with pytest.raises(ValueError, match="more than context=5"):
+        position_losses(model, ids[:5])
+
+
+def test_training_is_reproducible_and_leaves_the_global_rng_alone():
+    config = GPTConfig(vocab=5, width=8, heads=2, kv_heads=1, context=8)
+    recipe = TrainConfig(steps=6, batch=2, warmup=2)
+    ids = torch.randint(5, (200,), generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first, losses = train_lm(config, recipe, ids)
+    assert torch.equal(torch.get_rng_state(), state)
+    second, again = train_lm(config, recipe, ids)
+    assert losses == again and len(losses) == 6 and not first.training
+    for a, b in zip(first.parameters(), second.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"steps": 0}, ValueError, "steps must be >= 1"),
+        ({"warmup": -1}, ValueError, "warmup must be >= 0"),
+        ({"lr": 0.0}, ValueError, "lr must be > 0"),
+        ({"weight_decay": -0.1}, ValueError, "weight_decay must be >= 0"),
+        ({"seed": 1.5}, TypeError, "seed must be an int"),
+    ],
+)
+def test_bad_recipe(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        TrainConfig(**kwargs)
+
+
+def _book_split() -> tuple[CharVocab, torch.Tensor, torch.Tensor]:
+    """Chapter 13's data: the book's characters, the first nine tenths to train on."""
+    text = book_text()
+    vocab = CharVocab(text)
+    ids = vocab.encode(text)
+    cut = int(0.9 * len(ids))
+    return vocab, ids[:cut], ids[cut:]
+
+
+def _chapter_run(seed: int) -> float:
+    """Held-out loss of chapter 13's run (the default configs) with ``seed``."""
+    torch.set_num_threads(1)
+    vocab, train_ids, val_ids = _book_split()
+    model, _ = train_lm(GPTConfig(vocab=len(vocab)), TrainConfig(seed=seed), train_ids)
+    return position_losses(model, val_ids, stride=16).mean().item()
+
+
+@pytest.mark.slow
+def test_the_chapter_run_beats_the_unigram_baseline_on_five_seeds():
+    """Chapter 13's run with seeds 0-4 (seed 0 is the chapter's): each ends at least 0.6 nats
+    per character under the unigram baseline on the held-out tenth of the book. Two worker
+    processes of one thread each, so the five runs take about the time of three."""
+    vocab, train_ids, val_ids = _book_split()
+    unigram = count_cross_entropy(train_ids, val_ids, len(vocab), order=0)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
+        losses = list(pool.map(_chapter_run, range(5)))
+    spread = max(losses) - min(losses)
+    print(
+        f"unigram {unigram:.3f}; held-out losses {[round(x, 3) for x in losses]}; "
+        f"spread {spread:.3f}"
+    )
+    assert all(loss < unigram - 0.6 for loss in losses), (unigram, losses)
