@@ -1,4 +1,4 @@
-"""Interactive figures, each with a kernel face (ipywidgets) and a static-site face (HTML + JS).
+"""Interactive figures: one SVG drawing, live in a kernel (anywidget) and on the static site.
 
 Every widget is one public function here, returning a :class:`LiveWidget`; display it as the
 last expression of a cell. Each lives in its own module, which defines ``SPEC`` (its

@@ -249,7 +249,9 @@ def _kernel_class():
         widget_name = traitlets.Unicode().tag(sync=True)
         markup = traitlets.Unicode().tag(sync=True)  # the same DOM as the static face
         config = traitlets.Dict().tag(sync=True)  # {"data", "controls"}
-        params = traitlets.Dict().tag(sync=True)  # set by the JS, with "_seq"
+        # Set by the JS, with "_seq". No echo (ipywidgets 8 would send the params back in a
+        # message of their own before the answer: one more round of websocket traffic).
+        params = traitlets.Dict().tag(sync=True, echo_update=False)
         state = traitlets.Dict().tag(sync=True)  # set by Python, echoing "_seq"
         error = traitlets.Unicode("").tag(sync=True)
         seq = traitlets.Int(0).tag(sync=True)  # the last request Python answered
