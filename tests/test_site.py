@@ -419,13 +419,14 @@ PHONE_JS = """() => {
 def test_pages_fit_a_phone(site, browser):
     """At 390 px: no page is wider than the screen, display math that scrolls shows a cue,
     and text inside every widget drawing renders at 10 px or more."""
-    problems, smallest = [], {}
+    problems, smallest, scrolling = [], {}, 0
     for path in _pages():
         rel = path.relative_to(SITE).as_posix()
         visit = Visit(browser, urljoin(site, rel), width=PHONE, height=844)
         result = visit.page.evaluate(PHONE_JS)
         if result["pageWidth"] > result["view"] + 1:
             problems.append(f"{rel}: page is {result['pageWidth']} px wide: {result['wide']}")
+        scrolling += result["scrollingMath"]
         if result["noCue"]:
             problems.append(f"{rel}: {result['noCue']} scrolling display equation(s) without a cue")
         if result["widgetText"] is not None:
@@ -437,7 +438,10 @@ def test_pages_fit_a_phone(site, browser):
         if path.name == "how_to_use.html":
             visit.page.screenshot(path=str(SHOTS / "how-to-use-390.png"), full_page=False)
         visit.close()
-    print(f"\nsmallest widget text at {PHONE} px: {smallest}")
+    print(
+        f"\nat {PHONE} px: {scrolling} display equations scroll (with a cue); "
+        f"smallest widget text (px): {smallest}"
+    )
     assert smallest, "no widget drawing found on any page"
     assert not problems, "\n".join(problems)
 
