@@ -97,7 +97,10 @@ def print_book(browser, base_url: str, out: Path, pages: list[str] | None = None
 
     def open_page(rel: str):
         page = context.new_page()
-        page.goto(base_url + rel, wait_until="commit")  # loads while the previous one prints
+        response = page.goto(base_url + rel, wait_until="commit")  # loads while one prints
+        if response is None or not response.ok:
+            status = response.status if response else "no response"
+            raise RuntimeError(f"{rel} ({status}): not in the built site; run `make book` first")
         return page
 
     try:
