@@ -110,6 +110,9 @@ def main() -> int:
             )
     body = table(
         ["source", "chapter", "source program (s)", "chapter (s)", "ratio", "target <= 2x"], rows
+    ) + (
+        "\n\nOn a shared machine the wall times move with the load; the ratio compares runs"
+        " interleaved under the same load, and is the number to read."
     )
     title = (
         "Lab chapters against the source's lab programs "
