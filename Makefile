@@ -77,23 +77,25 @@ lint: setup
 
 # Each chapter executes once here (strict nbval) and once more in the Colab-like runtime, a
 # second environment; the site build executes none (checked by prime_cache.py --verify).
-# The runtime test runs in the background: chapters run on one thread, so it takes the
-# second core while the other checks run, and its log is printed at the end.
-RUNTIME_LOG := _build/runtime-test.log
+# The runtime test and the tests that train models (marker slow) run in the background:
+# chapters and tests use one thread, so they take the second core while the other checks
+# run; their log is printed at the end.
+RUNTIME_LOG := _build/background-tests.log
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
-	$(BIN)/pytest -q -p no:cacheprovider -m runtime tests/ > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
+	$(BIN)/pytest -q -p no:cacheprovider -m "(runtime or slow) and not browser" tests/ \
+	    > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
 	trap 'kill $$runtime 2> /dev/null || true' EXIT; \
 	set -x; \
 	$(MAKE) --no-print-directory lint; \
-	$(BIN)/pytest -q -m "not browser and not runtime" tests/; \
+	$(BIN)/pytest -q -m "not browser and not runtime and not slow" tests/; \
 	$(NBVAL) -q; \
 	$(MAKE) --no-print-directory book; \
 	$(BIN)/python scripts/prime_cache.py --verify; \
 	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser tests/; \
 	set +x; \
-	echo "Colab-like runtime test (log: $(RUNTIME_LOG)):"; \
+	echo "Colab-like runtime and model-training tests (log: $(RUNTIME_LOG)):"; \
 	if wait $$runtime; then tail -n 2 $(RUNTIME_LOG); else cat $(RUNTIME_LOG); exit 1; fi
 
 sync: setup

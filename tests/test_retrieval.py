@@ -91,6 +91,7 @@ def test_ablating_every_head_removes_the_context():
     torch.testing.assert_close(silent[:, -1], alone[:, -1])
 
 
+@pytest.mark.slow
 def test_training_meets_the_lab_thresholds():
     """The lab's run: 2,048 training and 384 test sequences, 320 AdamW steps of 64."""
     torch.set_num_threads(1)

@@ -75,6 +75,7 @@ def test_stacked_accuracy_equals_score():
     torch.testing.assert_close(stacked_accuracy(models, test), expected)
 
 
+@pytest.mark.slow
 def test_the_chapter_recipe_meets_the_lab_thresholds_at_every_seed():
     torch.set_num_threads(1)
     train_set = _data(CONFIG.train_size)

@@ -178,6 +178,7 @@ def test_saves_only_output_and_log_sum_exp():
     assert saved_bytes(recomputing_attention, q, k, v) == 2 * 2 * 64 * (3 + 1) * 4
 
 
+@pytest.mark.slow
 def test_saved_memory_is_linear_where_naive_and_tiled_are_quadratic():
     def saved(fn, n):
         q, k, v = qkv(n, n, b=1, h=1, dk=64, dv=64, dtype=torch.float32, device="meta")

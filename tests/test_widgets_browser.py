@@ -196,7 +196,8 @@ root => {
       || t.b > box.bottom + 1).map((t) => t.s),
     faint: texts.filter((t) => t.ratio < 4.5).map((t) => `${t.s} (${t.ratio.toFixed(2)}:1)`),
     readout: contrast(rgb(getComputedStyle(readout).color), background(readout)),
-    overlaps, scale, count: texts.length, svgWidth: box.width, rootWidth: root.getBoundingClientRect().width,
+    overlaps, scale, count: texts.length, svgWidth: box.width,
+    rootWidth: root.getBoundingClientRect().width,
     panel: getComputedStyle(root).backgroundColor,
   };
 }
