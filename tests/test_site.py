@@ -540,7 +540,7 @@ def test_site_ships_only_what_pages_use():
         for p in shipped
         if "html-manager" in p or "requirejs" in p or p.endswith((".map", ".ttf", "embed-amd.js"))
     ]
-    assert not unwanted, unwanted[:10]
+    assert not unwanted, f"{unwanted[:10]} (left by an older build? Sphinx keeps stale files)"
     assert (SITE / "_static" / "scripts" / "fontawesome.js").stat().st_size < 2_000
     for path in _chapters():
         html = path.read_text()
