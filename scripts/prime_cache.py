@@ -39,13 +39,16 @@ def prime() -> int:
     cache = get_cache(str(CACHE))
     for md in chapters():
         ipynb = md.with_suffix(".ipynb")
+        if not ipynb.exists():  # a new chapter before its first `make sync`: the build runs it
+            continue
         nb = nbformat.read(ipynb, as_version=4)
         cache.cache_notebook_bundle(
             CacheBundleIn(nb, str(md), data={MARK: ipynb.name}),
             check_validity=False,
             overwrite=True,
         )
-    print(f"jupyter-cache: filed the stored outputs of {len(chapters())} chapters")
+    filed = sum(md.with_suffix(".ipynb").exists() for md in chapters())
+    print(f"jupyter-cache: filed the stored outputs of {filed} of {len(chapters())} chapters")
     return 0
 
 
