@@ -50,7 +50,7 @@ def test_state_looks_up_the_row_and_marks_both_targets():
 @pytest.mark.parametrize(
     ("params", "error", "match"),
     [
-        ({"model": "one-layer", "layer": 1}, ValueError, "the one-layer model has 1 layer"),
+        ({"layer": 2}, ValueError, r"layer must be < 2"),
         ({"query": 24}, ValueError, r"query must be < T=24"),
         ({"seed": 5}, ValueError, r"seed must be < 5"),
         ({"model": "three-layer"}, ValueError, "model must be one of"),
@@ -62,11 +62,20 @@ def test_impossible_settings_are_rejected_with_a_named_message(params, error, ma
         head_state(**({"model": "two-layer", "layer": 0, "query": 3, "seed": 0} | params))
 
 
+def test_the_layer_slider_follows_the_model():
+    # Switching to the one-layer model from layer 1 shows its only layer, as the slider does.
+    widget = head_explorer(layer=1)
+    assert widget.update(model="one-layer") is True
+    state = widget.state()
+    assert (state["layer"], state["last_layer"]) == (0, 0)
+    assert state["weights"] == DATA["maps"]["one-layer"][0][0][state["query"]]
+    assert widget.update(model="two-layer") is True and widget.state()["last_layer"] == 1
+
+
 def test_widget_keeps_the_last_good_setting():
     widget = head_explorer(layer=1)
-    assert widget.update(model="one-layer") is False  # it has no layer 1
-    assert widget.params["model"] == "two-layer"
-    assert widget.update(layer=0) is True and widget.update(model="one-layer") is True
+    assert widget.update(query=24) is False  # past the sequence
+    assert widget.params["query"] == widget.state()["query"] != 24
 
 
 def test_figure_and_small_multiples_have_labelled_axes():

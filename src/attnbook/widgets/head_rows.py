@@ -80,8 +80,9 @@ def head_state(*, model: str, layer: int, query: int, seed: int) -> dict:
 
     Args:
         model: ``"two-layer"`` or ``"one-layer"``.
-        layer: the layer, which names the head (each layer has one); ``0`` or ``1`` for the
-            two-layer model, ``0`` for the one-layer model.
+        layer: the layer, which names the head (each layer has one): ``0`` or ``1``. The
+            layer slider's range follows the model (``last_layer``), so for the one-layer
+            model a layer past its last shows its last, as the slider then does.
         query: query position in ``[0, T)``; the row covers keys ``0 .. query``.
         seed: which of the trained models, in ``[0, S)``.
 
@@ -93,7 +94,7 @@ def head_state(*, model: str, layer: int, query: int, seed: int) -> dict:
         ``previous_score`` and ``induction_score`` on held-out data.
 
     Raises:
-        ValueError: an unknown model, a layer the model lacks, or a query or seed out of range.
+        ValueError: an unknown model, or a layer, query or seed out of range.
         TypeError: a non-numeric setting.
     """
     data = _stored()
@@ -104,8 +105,10 @@ def head_state(*, model: str, layer: int, query: int, seed: int) -> dict:
     layer = require_integral("layer", layer, minimum=0)
     query = require_integral("query", query, minimum=0)
     seed = require_integral("seed", seed, minimum=0)
-    if layer >= layers:
-        raise ValueError(f"layer must be < {layers}: the {model} model has {layers} layer(s)")
+    most = max(len(data["maps"][m][0]) for m in MODELS)
+    if layer >= most:
+        raise ValueError(f"layer must be < {most} (the deepest model's layers), got {layer}")
+    layer = min(layer, layers - 1)  # the slider follows the model (max_from="last_layer")
     if query >= t:
         raise ValueError(f"query must be < T={t}, got {query}")
     if seed >= seeds:
@@ -118,6 +121,7 @@ def head_state(*, model: str, layer: int, query: int, seed: int) -> dict:
     return {
         "model": model,
         "layer": layer,
+        "last_layer": layers - 1,
         "query": query,
         "seed": seed,
         "tokens": list(data["tokens"]),
@@ -184,7 +188,17 @@ SPEC = WidgetSpec(
     title="Head explorer: where does one head look, on a sequence that repeats itself?",
     controls=(
         Control("model", "model", "select", "two-layer", options=MODELS),
-        Control("layer", "layer (one head each)", "range", 0, min=0, max=1, step=1, integer=True),
+        Control(
+            "layer",
+            "layer (one head each)",
+            "range",
+            0,
+            min=0,
+            max=1,
+            step=1,
+            integer=True,
+            max_from="last_layer",  # the one-layer model has layer 0 only
+        ),
         Control("query", "query position", "range", 17, min=0, max=_T - 1, step=1, integer=True),
         Control("seed", "seed", "range", 0, min=0, max=_SEEDS - 1, step=1, integer=True),
     ),

@@ -17,9 +17,11 @@
     if (!MODELS.includes(model)) throw new Error(`model must be one of ${MODELS}, got ${model}`);
     const seeds = data.maps[model].length, layers = data.maps[model][0].length;
     const t = data.tokens.length, length = data.length;
-    const layer = whole("layer", params.layer), query = whole("query", params.query);
-    const seed = whole("seed", params.seed);
-    if (layer >= layers) throw new Error(`layer must be < ${layers}: the ${model} model has ${layers} layer(s)`);
+    const query = whole("query", params.query), seed = whole("seed", params.seed);
+    const most = Math.max(...MODELS.map((m) => data.maps[m][0].length));
+    let layer = whole("layer", params.layer);
+    if (layer >= most) throw new Error(`layer must be < ${most} (the deepest model's layers), got ${layer}`);
+    layer = Math.min(layer, layers - 1); // the slider follows the model (max_from="last_layer")
     if (query >= t) throw new Error(`query must be < T=${t}, got ${query}`);
     if (seed >= seeds) throw new Error(`seed must be < ${seeds} (models trained), got ${seed}`);
     const weights = data.maps[model][seed][layer][query];
@@ -29,7 +31,7 @@
     const induction_key = query >= length ? query - length + 1 : null;
     const scores = data.scores[model];
     return {
-      model, layer, query, seed, tokens: data.tokens.slice(), length, weights: weights.slice(),
+      model, layer, last_layer: layers - 1, query, seed, tokens: data.tokens.slice(), length, weights: weights.slice(),
       top_key, top_weight: weights[top_key],
       previous_key, previous_weight: previous_key === null ? null : weights[previous_key],
       induction_key, induction_weight: induction_key === null ? null : weights[induction_key],
