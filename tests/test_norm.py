@@ -62,6 +62,18 @@ def test_extreme_scales_are_normalised_not_zeroed(scale, dtype):
     torch.testing.assert_close(got.double(), expected, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("scale", [1e-30, 1e-40])  # 1e-40 is subnormal in float32
+def test_tiny_inputs_keep_their_exact_output(scale):
+    """For a tiny x the output is x / sqrt(eps), as torch.nn.RMSNorm computes it; dividing by
+    max |x| first would overflow eps / max|x|**2 and return zeros."""
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(0)) * scale
+    expected = x.double() / 1e-6**0.5  # mean(x^2) is negligible next to eps
+    got = RMSNorm(16, eps=1e-6)(x)
+    assert (got != 0).all()
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=0.0)
+    torch.testing.assert_close(got, nn.RMSNorm(16, eps=1e-6)(x))
+
+
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [

@@ -27,9 +27,11 @@ class RMSNorm(nn.Module):
         ``x`` is a floating tensor ``(..., d)``; the output has the shape and dtype of ``x``.
         The gain ``weight`` starts at ones, so a fresh norm only rescales.
 
-    Each vector is divided by its largest magnitude before it is squared (the result is the
-    same in exact arithmetic), so no input whose norm overflows when squared, such as ``1e20``
-    in float32 or ``300`` in float16, turns into zeros; 16-bit inputs are computed in float32.
+    A vector whose largest magnitude exceeds 1 is divided by it before it is squared (the
+    result is the same in exact arithmetic), so no input whose norm overflows when squared,
+    such as ``1e20`` in float32 or ``300`` in float16, turns into zeros; a smaller vector is
+    squared as it is, so a tiny one such as ``1e-30`` keeps its exact ``x / sqrt(eps)``
+    instead of an overflowing ``eps / s**2``. 16-bit inputs are computed in float32.
 
     Raises:
         TypeError: a non-int ``d``, a non-real ``eps`` or a non-floating ``x``.
@@ -48,9 +50,10 @@ class RMSNorm(nn.Module):
             raise ValueError(f"x must end in d={self.d} features, got shape {tuple(x.shape)}")
         wide = x.float() if x.element_size() < 4 else x  # float16/bfloat16 -> float32
         # x / sqrt(mean(x^2) + eps) == u / sqrt(mean(u^2) + eps / s^2) with u = x / s for any
-        # s > 0; s = max |x| keeps the squares finite. The output does not depend on s, so s
+        # s > 0; s = max(max |x|, 1) keeps the squares finite and eps / s^2 <= eps (a smaller
+        # s would overflow eps / s^2 for tiny x). The output does not depend on s, so s
         # carries no gradient. An all-zero row has u = 0 and stays 0.
-        s = wide.detach().abs().amax(-1, keepdim=True).clamp_min(torch.finfo(wide.dtype).tiny)
+        s = wide.detach().abs().amax(-1, keepdim=True).clamp_min(1.0)
         u = wide / s  # (..., d), entries in [-1, 1]
         mean_square = u.pow(2).mean(-1, keepdim=True)  # (..., 1)
         normed = u * torch.rsqrt(mean_square + self.eps / s.pow(2))  # (..., d)
