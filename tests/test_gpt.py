@@ -106,6 +106,14 @@ def test_param_count_is_block_params_plus_norms_and_one_embedding():
     assert param_count(mha) - param_count(gqa) == layers * 2 * d * (3 * d // 4)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32])
+def test_ids_of_any_integer_dtype_give_the_int64_logits(dtype):
+    model = _model()
+    ids = torch.randint(SMALL.vocab, (2, 6))
+    with torch.no_grad():
+        assert torch.equal(model(ids.to(dtype)), model(ids))
+
+
 def test_unembedding_is_the_embedding_matrix():
     model = _model()
     assert not any(p.shape == model.embed.weight.shape for p in model.blocks.parameters())

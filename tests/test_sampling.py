@@ -45,6 +45,18 @@ def test_low_temperature_is_greedy():
 
 
 @pytest.mark.parametrize(
+    "prompt", [torch.zeros(0, 3, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long),
+               torch.tensor([[0, 13]]), torch.tensor([[-1, 2]])],
+)  # fmt: skip
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_bad_prompt_is_rejected_by_name(prompt, use_cache):
+    with pytest.raises(
+        ValueError, match=r"prompt must be a non-empty \(B, P\) of ids in \[0, 13\)"
+    ):
+        generate(_model(), prompt, 2, use_cache=use_cache)
+
+
+@pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
         ({"steps": 17}, ValueError, "exceeds the model's context=20"),

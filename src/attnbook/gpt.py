@@ -127,7 +127,7 @@ class TinyGPT(nn.Module):
         """Next-token logits for every position.
 
         Args:
-            ids: integer token ids ``(B, T)`` in ``[0, V)``.
+            ids: integer token ids ``(B, T)`` in ``[0, V)``, of any integer dtype.
             cache: optional :class:`KVCache`; ``ids`` are then the tokens that follow the
                 ``cache.length`` positions it holds, and their keys and values are appended.
                 Without a cache the tokens sit at positions ``0 .. T - 1``.
@@ -140,7 +140,8 @@ class TinyGPT(nn.Module):
         ids = require_tensor("ids", ids, rank=2, dtype="integer", shape_hint="(B, T)")
         if ids.numel() == 0 or ids.min() < 0 or ids.max() >= self.config.vocab:
             raise ValueError(f"ids must be a non-empty (B, T) in [0, {self.config.vocab})")
-        return self.forward_embeddings(self.embed(ids), cache=cache, return_weights=return_weights)
+        x = self.embed(ids.long())  # (B, T, d); nn.Embedding takes only int32/int64 ids
+        return self.forward_embeddings(x, cache=cache, return_weights=return_weights)
 
     def forward_embeddings(
         self, x: torch.Tensor, *, cache: KVCache | None = None, return_weights: bool = False

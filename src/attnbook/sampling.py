@@ -35,7 +35,7 @@ def generate(
     Args:
         model: the language model (put it in eval mode first if it has dropout; this one has
             none).
-        prompt: integer ids ``(B, P)`` with ``P >= 1``.
+        prompt: integer ids ``(B, P)`` in ``[0, V)`` with ``B, P >= 1``.
         steps: new tokens to sample (``>= 1``); ``P + steps`` must fit ``model.config.context``,
             the size of the cache.
         temperature: divides the logits before the softmax (> 0); lower is greedier.
@@ -55,7 +55,12 @@ def generate(
     if generator is not None:
         require_instance("generator", generator, torch.Generator)
     prompt = require_tensor("prompt", prompt, rank=2, dtype="integer", shape_hint="(B, P)")
-    context = model.config.context
+    context, vocab = model.config.context, model.config.vocab
+    if prompt.numel() == 0 or prompt.min() < 0 or prompt.max() >= vocab:
+        raise ValueError(
+            f"prompt must be a non-empty (B, P) of ids in [0, {vocab}), got shape "
+            f"{tuple(prompt.shape)}"
+        )
     if prompt.shape[1] + steps > context:
         raise ValueError(
             f"prompt of {prompt.shape[1]} tokens plus steps={steps} exceeds the model's "
