@@ -67,11 +67,11 @@ CALLS = {
 }
 # Called with its default where no other value makes a possible setting with the rest.
 DEFAULT_OK = {"head_explorer": {"model"}}  # layer 1 exists only in the two-layer model
+# (head_explorer has no impossible setting: its layer slider follows the model)
 # A setting each widget must refuse (with the message) while keeping its last picture.
 IMPOSSIBLE = {
     "kv_cache_calculator": {"kv_heads": 16, "q_heads": 12},  # the last move is the bad one
     "mask_explorer": {"length": 2, "t_k": 1},
-    "head_explorer": {"layer": 1, "model": "one-layer"},
 }
 WIDTHS = (390, 1280)
 
