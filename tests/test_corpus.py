@@ -4,11 +4,14 @@ vocabulary, the training windows and the count baselines against hand computatio
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import tomllib
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from attnbook.corpus import CharVocab, book_text, count_cross_entropy, random_windows
 from attnbook.diagnostics import check_label_shift
@@ -65,10 +68,36 @@ def test_count_baselines_by_hand():
     # after 1 -> {0: 4, 1: 1, 2: 1} / 6; after 2 -> uniform 1/3. Test pairs: 0->1, 1->2, 2->0.
     expected = -(math.log(4 / 7) + math.log(1 / 6) + math.log(1 / 3)) / 3
     assert math.isclose(count_cross_entropy(train, test, 3, order=1), expected, rel_tol=1e-12)
-    with pytest.raises(ValueError, match="order must be 0"):
-        count_cross_entropy(train, test, 3, order=2)
+    # trigram: after (0, 1) -> {0: 3} of 3, so 2 gets (0 + 1) / (3 + 3); the context (1, 2)
+    # never occurs in train, so 0 gets the uniform 1 / 3. Test triples: 012, 120.
+    expected = -(math.log(1 / 6) + math.log(1 / 3)) / 2
+    assert math.isclose(count_cross_entropy(train, test, 3, order=2), expected, rel_tol=1e-12)
+    with pytest.raises(ValueError, match="order must be >= 0"):
+        count_cross_entropy(train, test, 3, order=-1)
+    with pytest.raises(ValueError, match="order=40 is too large for vocab=3"):
+        count_cross_entropy(train, test, 3, order=40)
+    with pytest.raises(ValueError, match="test must hold >= 4 ids"):
+        count_cross_entropy(train, test[:3], 3, order=3)
     with pytest.raises(ValueError, match=r"ids must lie in \[0, vocab=2\)"):
         count_cross_entropy(train, test, 2, order=0)
+
+
+@given(
+    train=st.lists(st.integers(0, 3), min_size=4, max_size=40),
+    test=st.lists(st.integers(0, 3), min_size=4, max_size=20),
+    order=st.integers(0, 3),
+)
+def test_count_model_matches_a_dictionary_of_counts(train, test, order):
+    joint = Counter(tuple(train[i : i + order + 1]) for i in range(len(train) - order))
+    context = Counter(tuple(train[i : i + order]) for i in range(len(train) - order))
+    logs = [
+        math.log(
+            (joint[tuple(test[i : i + order + 1])] + 1) / (context[tuple(test[i : i + order])] + 4)
+        )
+        for i in range(len(test) - order)
+    ]
+    got = count_cross_entropy(torch.tensor(train), torch.tensor(test), 4, order=order)
+    assert math.isclose(got, -sum(logs) / len(logs), rel_tol=1e-12)
 
 
 def test_on_the_book_the_bigram_beats_the_unigram():

@@ -86,25 +86,42 @@ def random_windows(
     return windows[:, :-1], windows[:, 1:]
 
 
+def _counts_of(keys: torch.Tensor, table_keys: torch.Tensor) -> torch.Tensor:
+    """How often each of ``keys`` occurs in ``table_keys`` (both 1-D int64)."""
+    unique, counts = table_keys.unique(return_counts=True)  # sorted
+    where = torch.searchsorted(unique, keys).clamp_max(len(unique) - 1)
+    return torch.where(unique[where] == keys, counts[where], 0).double()
+
+
 def count_cross_entropy(train: torch.Tensor, test: torch.Tensor, vocab: int, order: int) -> float:
     """Cross-entropy in nats per character of a count model on ``test``.
 
-    ``order=0`` is the unigram model (each character's frequency in ``train``), the best any
-    predictor can do without looking at the text before it; ``order=1`` conditions on the
-    previous character (bigram). Counts get add-one smoothing so that a pair never seen in
-    ``train`` costs a finite amount; with ``order=1`` the first test character is not scored.
+    The model predicts each character from the ``order`` characters before it, by how often
+    that continuation followed that context in ``train``: ``order=0`` is the unigram model
+    (frequency alone, what a predictor gets without reading the text before the character),
+    ``order=1`` the bigram and ``order=2`` the trigram model. Counts get add-one smoothing,
+    ``p(c | ctx) = (n(ctx, c) + 1) / (n(ctx) + V)``, so that a continuation never seen in
+    ``train`` costs a finite amount (an unseen context gives the uniform ``1 / V``); the
+    first ``order`` test characters have no full context and are not scored.
+
+    Raises:
+        ValueError: ``order < 0``, ``V ** (order + 1)`` beyond int64, streams shorter than
+            ``order + 1`` (or 2) ids, or ids outside ``[0, vocab)``.
     """
     vocab = require_positive_int("vocab", vocab)
     order = require_int("order", order, minimum=0)
-    if order > 1:
-        raise ValueError(f"order must be 0 (unigram) or 1 (bigram), got {order}")
-    train, test = _require_stream("train", train, 2), _require_stream("test", test, 2)
+    if vocab ** (order + 1) >= 2**62:
+        raise ValueError(f"order={order} is too large for vocab={vocab}: V ** (order + 1) >= 2**62")
+    train = _require_stream("train", train, max(2, order + 1))
+    test = _require_stream("test", test, max(2, order + 1))
     if max(train.max().item(), test.max().item()) >= vocab:
         raise ValueError(f"ids must lie in [0, vocab={vocab})")
-    if order == 0:
-        counts = torch.bincount(train, minlength=vocab).double() + 1  # (V,)
-        return -(counts / counts.sum()).log()[test].mean().item()
-    pairs = torch.bincount(train[:-1] * vocab + train[1:], minlength=vocab * vocab)
-    table = pairs.view(vocab, vocab).double() + 1  # (V, V): row = previous character
-    log_p = (table / table.sum(1, keepdim=True)).log()
-    return -log_p[test[:-1], test[1:]].mean().item()
+
+    def keys(ids: torch.Tensor) -> torch.Tensor:  # (N - order,): each (context, next) in base V
+        windows = ids.long().unfold(0, order + 1, 1)  # (N - order, order + 1)
+        return (windows * vocab ** torch.arange(order, -1, -1)).sum(1)
+
+    train_keys, test_keys = keys(train), keys(test)
+    joint = _counts_of(test_keys, train_keys)  # n(ctx, c)
+    context = _counts_of(test_keys // vocab, train_keys // vocab)  # n(ctx)
+    return -((joint + 1) / (context + vocab)).log().mean().item()
