@@ -6,8 +6,9 @@
 Every ``notebooks/NN_name.ipynb`` is the output of one top-to-bottom run of its ``.md`` in a
 fresh kernel (``make sync``), and ``make test`` re-executes it under strict nbval, which fails
 on any text output that differs. Re-executing the same code for the site would only repeat
-that run. jupyter-cache keys a notebook by its kernel and the source of its code cells (not
-its markdown), so this script files each stored notebook under its ``.md``'s key; the book
+that run. jupyter-cache keys a notebook by its kernel and its code cells (source and cell
+metadata, not its markdown), so this script reads each ``.md`` as the build will (myst-nb's
+reader), gives its code cells the stored notebook's outputs, and files that; the book
 build (``execute_notebooks: cache``) then finds every chapter and executes none. A chapter
 whose code was edited without ``make sync`` has no matching entry and is executed by the
 build as before, so a stale ``.ipynb`` can never reach the site.
@@ -35,31 +36,52 @@ def chapters() -> list[Path]:
     return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.md"))
 
 
+def as_built(md: Path) -> nbformat.NotebookNode:
+    """The notebook the site build makes of ``md`` (what jupyter-cache will key it by)."""
+    from myst_nb.core.read import read_myst_markdown_notebook
+
+    return read_myst_markdown_notebook(md.read_text(encoding="utf-8"))
+
+
+def with_stored_outputs(md: Path) -> nbformat.NotebookNode | None:
+    """``md`` as the build reads it, carrying its ``.ipynb``'s outputs; None if out of sync."""
+    ipynb = md.with_suffix(".ipynb")
+    if not ipynb.exists():  # a new chapter before its first `make sync`: the build runs it
+        return None
+    nb, stored = as_built(md), nbformat.read(ipynb, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    done = [c for c in stored.cells if c.cell_type == "code"]
+    if [c.source for c in code] != [c.source for c in done]:
+        return None  # edited without `make sync`: the build executes it
+    for cell, ran in zip(code, done, strict=True):
+        cell.outputs, cell.execution_count = ran.outputs, ran.execution_count
+    nb.metadata = {**stored.metadata, "kernelspec": nb.metadata.get("kernelspec")}
+    return nb
+
+
 def prime() -> int:
     cache = get_cache(str(CACHE))
+    filed = 0
     for md in chapters():
-        ipynb = md.with_suffix(".ipynb")
-        if not ipynb.exists():  # a new chapter before its first `make sync`: the build runs it
+        nb = with_stored_outputs(md)
+        if nb is None:
             continue
-        nb = nbformat.read(ipynb, as_version=4)
         cache.cache_notebook_bundle(
-            CacheBundleIn(nb, str(md), data={MARK: ipynb.name}),
+            CacheBundleIn(nb, str(md), data={MARK: md.with_suffix(".ipynb").name}),
             check_validity=False,
             overwrite=True,
         )
-    filed = sum(md.with_suffix(".ipynb").exists() for md in chapters())
+        filed += 1
     print(f"jupyter-cache: filed the stored outputs of {filed} of {len(chapters())} chapters")
     return 0
 
 
 def verify() -> int:
-    import jupytext
-
     cache = get_cache(str(CACHE))
     executed = []
     for md in chapters():
         try:
-            record = cache.match_cache_notebook(jupytext.read(md))
+            record = cache.match_cache_notebook(as_built(md))
         except KeyError:
             executed.append(f"{md.name} (no cache entry)")
             continue
