@@ -39,19 +39,10 @@ from attnbook.widgets import WIDGETS, LiveWidget, spec
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "scripts"))
+import chromium  # noqa: E402  (scripts/chromium.py: how every browser check launches it)
 import lab  # noqa: E402  (scripts/lab.py: how `make lab` starts JupyterLab)
 from _report import report, table  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 CLASSIC_VENV = ROOT / "_build" / "bench-ipyw7"
 CLASSIC_PINS = [
     "notebook==6.5.7",
@@ -92,7 +83,7 @@ def summary(times: list[float]) -> tuple[float, float]:
 
 
 def _browser(p):
-    return p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    return chromium.launch(p)
 
 
 def _block_outside(context, outside: list[str]) -> None:
@@ -461,7 +452,7 @@ def main() -> int:
     parser.add_argument("--no-classic", action="store_true", help="skip Classic Notebook 6")
     args = parser.parse_args()
     attnbook.setup(seed=0)
-    if not os.path.exists(CHROMIUM):
+    if chromium.PATH is None:
         print(
             "Chromium is missing: nothing to measure (install it: scripts/install_system_deps.sh)"
         )

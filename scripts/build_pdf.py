@@ -17,27 +17,20 @@ import argparse
 import functools
 import http.server
 import io
-import shutil
 import sys
 import threading
 from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import chromium
+
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 PDF_NAME = "attention-and-transformers.pdf"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    # Offline by construction: every host but this machine fails to resolve.
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-]
+# Offline by construction: every host but this machine fails to resolve.
+RESOLVE_LOCAL_ONLY = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 # Header and footer templates are rendered by Chromium in their own tiny document.
 FOOTER = (
     '<div style="font-size:8px;width:100%;padding:0 12mm;display:flex;'
@@ -143,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (site / "book" / "intro.html").exists():
         print(f"no built site in {site}: run `make book` first", file=sys.stderr)
         return 1
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
+    if chromium.PATH is None:
         print("needs Chromium (apt-get install chromium)", file=sys.stderr)
         return 1
     from playwright.sync_api import sync_playwright
@@ -152,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     server, base_url = _serve(site)
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            browser = chromium.launch(p, RESOLVE_LOCAL_ONLY)
             try:
                 counts = print_book(browser, base_url, out)
             finally:

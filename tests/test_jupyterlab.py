@@ -24,9 +24,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import chromium  # noqa: E402  (scripts/chromium.py: how every browser check launches it)
 import lab as book_lab  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = ROOT / "_build" / "screenshots"
 CHAPTER = "02_why_sqrt_dk"
 WIDGET_ERROR = "Error displaying widget"
@@ -42,7 +42,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    if CHROMIUM is None:
+    if chromium.PATH is None:
         pytest.fail("needs Chromium (apt-get install chromium)")
     tmp = tmp_path_factory.mktemp("lab")
     root = tmp / "notebooks"
@@ -80,10 +80,7 @@ def page(lab):  # JupyterLab must be up first
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
+        browser = chromium.launch(p)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         outside: list[str] = []
 

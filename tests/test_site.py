@@ -12,7 +12,7 @@ import json
 import math
 import os
 import re
-import shutil
+import sys
 import threading
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
@@ -22,7 +22,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 SHOTS = ROOT / "_build" / "screenshots"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+sys.path.insert(0, str(ROOT / "scripts"))
+import chromium  # noqa: E402  (scripts/chromium.py: how every browser check launches it)
+
+CHROMIUM = chromium.PATH
 REQUIRED = os.environ.get("ATTNBOOK_REQUIRE_BROWSER") == "1"
 
 pytestmark = pytest.mark.browser
@@ -71,19 +74,9 @@ def browser(site):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        yield chromium
-        chromium.close()
+        browser = chromium.launch(p)
+        yield browser
+        browser.close()
 
 
 class Visit:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,17 +30,10 @@ from attnbook.widgets._live import esm_source
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import chromium  # noqa: E402  (scripts/chromium.py: how every browser check launches it)
+
 REQUIRE = bool(os.environ.get("ATTNBOOK_REQUIRE_BROWSER") or os.environ.get("CI"))
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 
 # Non-default arguments for every control of every widget (issue: the site opened defaults).
 CALLS = {
@@ -87,18 +81,16 @@ def test_every_widget_has_a_call_here():
 
 @pytest.fixture(scope="module")
 def browser():
-    if not os.path.exists(CHROMIUM):
+    if chromium.PATH is None:
         if REQUIRE:
-            pytest.fail(
-                f"Chromium is required (ATTNBOOK_REQUIRE_BROWSER/CI) but {CHROMIUM} is missing"
-            )
+            pytest.fail("Chromium is required (ATTNBOOK_REQUIRE_BROWSER/CI) but is missing")
         pytest.skip("Chromium is not installed")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
+        browser = chromium.launch(p)
+        yield browser
+        browser.close()
 
 
 DARK = (
