@@ -20,12 +20,16 @@ Conventions
 * Public functions validate their inputs and raise ``ValueError``/``TypeError`` naming the
   offending argument and its shape or value.
 
-Modules: ``attention``, ``heads``, ``masks``, ``rope``, ``costs``, ``online_softmax``, ``memory``,
-``plots``, ``widgets``, ``runtime``; the labs add ``retrieval`` (the task) with
-``retrieval_model`` (its model and training), and ``diagnostics`` (data and mask contracts)
-with ``training_health`` (activations, gradients, memory, entropy). The tiny GPT of chapter 13
-adds ``norm`` (RMSNorm), ``kv_cache``, ``gpt`` (the model and its parameter and FLOP counts),
-``sampling``, ``corpus`` (the book's prose as characters) and ``lm_training``.
+Modules: ``attention``, ``heads``, ``masks``, ``rope``, ``costs``, ``online_softmax``,
+``tiled_backward`` (a backward pass that recomputes scores block by block), ``memory``,
+``plots``, ``widgets``, ``runtime``, ``practice`` (exercises whose checker names the reader's
+mistake); the labs add ``retrieval`` (the task) with ``retrieval_model`` (its model and
+training) and ``retrieval_seeds`` (several seeds trained as one batched model), and
+``diagnostics`` (data and mask contracts) with ``training_health`` (activations, gradients,
+memory, entropy). The tiny GPT of chapter 13 adds ``norm`` (RMSNorm), ``kv_cache``, ``gpt``
+(the model and its parameter and FLOP counts), ``sampling``, ``corpus`` (the book's prose as
+characters) and ``lm_training``; the induction-head chapter adds ``induction`` (the task and
+the head scores) and ``induction_model``.
 Nothing is imported eagerly here so that ``import attnbook`` stays cheap.
 """
 
