@@ -79,8 +79,12 @@ lint: setup
 # second environment; the site build executes none (checked by prime_cache.py --verify).
 # The runtime test and the tests that train models (marker slow) run in the background:
 # chapters and tests use one thread, so they take the second core while the other checks
-# run; their log is printed at the end.
+# run. Once the site is built, the JupyterLab test and the PDF test (each drives its own
+# server and browser) also run beside the site's browser tests. Logs are printed at the end.
 RUNTIME_LOG := _build/background-tests.log
+SIDE_LOG    := _build/side-browser-tests.log
+SIDE_TESTS  := tests/test_jupyterlab.py \
+               tests/test_site.py::test_whole_book_pdf_builds_with_sane_page_and_figure_counts
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
@@ -93,8 +97,14 @@ test: setup browser-deps
 	$(NBVAL) -q; \
 	$(MAKE) --no-print-directory book; \
 	$(BIN)/python scripts/prime_cache.py --verify; \
-	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser tests/; \
+	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser $(SIDE_TESTS) \
+	    > $(SIDE_LOG) 2>&1 & side=$$!; \
+	trap 'kill $$runtime $$side 2> /dev/null || true' EXIT; \
+	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser tests/ \
+	    $(foreach t,$(SIDE_TESTS),$(if $(findstring ::,$(t)),--deselect $(t),--ignore $(t))); \
 	set +x; \
+	echo "JupyterLab and PDF tests (log: $(SIDE_LOG)):"; \
+	if wait $$side; then tail -n 2 $(SIDE_LOG); else cat $(SIDE_LOG); exit 1; fi; \
 	echo "Colab-like runtime and model-training tests (log: $(RUNTIME_LOG)):"; \
 	if wait $$runtime; then tail -n 2 $(RUNTIME_LOG); else cat $(RUNTIME_LOG); exit 1; fi
 
