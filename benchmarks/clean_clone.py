@@ -38,6 +38,8 @@ def clean_clone_run(target: str) -> tuple[float, str]:
         )
         seconds = time.perf_counter() - start
         log = result.stdout + result.stderr
+        (ROOT / "_build").mkdir(exist_ok=True)
+        (ROOT / "_build" / f"clean-clone-{target}.log").write_text(log)
         if result.returncode:
             sys.exit(f"make {target} failed in the clean clone:\n{log[-4000:]}")
     return seconds, log

@@ -10,6 +10,7 @@ source is unchanged. Every request stays on 127.0.0.1. Screenshots go to _build/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -21,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -98,9 +100,12 @@ def page(lab):  # JupyterLab must be up first
 
 
 def _open(page, url: str) -> None:
+    # Generous timeouts: `make test` runs this beside other browser tests on two cores.
     page.goto(f"{url}/lab/tree/{CHAPTER}.ipynb")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
-    page.wait_for_selector(".jp-NotebookPanel .attnbook-widget svg", timeout=60_000)
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+    page.wait_for_selector(
+        ".jp-NotebookPanel .attnbook-widget svg", state="attached", timeout=120_000
+    )
 
 
 def _command(page, menu: str, item: str) -> None:
@@ -173,7 +178,7 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     widget = page.locator(".jp-NotebookPanel .attnbook-widget").first
     widget.scroll_into_view_if_needed()
     page.wait_for_function(
-        "el => el.dataset.source === 'python'", arg=widget.element_handle(), timeout=30_000
+        "el => el.dataset.source === 'python'", arg=widget.element_handle(), timeout=60_000
     )
     before_svg = widget.locator("svg").first.inner_html()
     before_seq = int(widget.get_attribute("data-python-seq") or 0)
@@ -183,7 +188,7 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     page.wait_for_function(
         "([el, seq]) => el.dataset.source === 'python' && +el.dataset.pythonSeq > seq",
         arg=[widget.element_handle(), before_seq],
-        timeout=30_000,
+        timeout=60_000,
     )
     assert widget.get_attribute("data-agree") == "true", widget.get_attribute("data-max-diff")
     assert widget.locator("svg").first.inner_html() != before_svg, "the picture did not change"
@@ -197,6 +202,8 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     stored = json.loads(original_ipynb)
     assert _outline(saved) == _outline(stored), "Run All in Lab gave other outputs than make sync"
     _command(page, "Kernel", "Shut Down Kernel")
+    with contextlib.suppress(PlaywrightTimeout):  # Lab may ask to confirm; else no dialog
+        page.locator(".jp-Dialog button.jp-mod-accept").first.click(timeout=3000)
     page.wait_for_timeout(1000)
     _open(page, url)
     page.wait_for_timeout(1500)
