@@ -118,12 +118,22 @@ def _command(page, menu: str, item: str) -> None:
 
 
 def _save(page, path: Path) -> None:
+    """Save through the File menu; return once the file on disk is complete and settled."""
     before = path.stat().st_mtime_ns
     _command(page, "File", "Save Notebook")
-    for _ in range(100):
-        if path.stat().st_mtime_ns != before:
-            return
+    settled = None
+    for _ in range(300):
         page.wait_for_timeout(100)  # not time.sleep: Playwright must keep routing requests
+        mtime = path.stat().st_mtime_ns
+        if mtime == before:
+            continue
+        try:
+            json.loads(path.read_text())
+        except ValueError:  # caught mid-write
+            continue
+        if settled == mtime:  # unchanged over one more poll: the write is done
+            return
+        settled = mtime
     pytest.fail(f"{path.name} was not saved")
 
 
