@@ -84,7 +84,8 @@ lint: setup
 RUNTIME_LOG := _build/background-tests.log
 SIDE_LOG    := _build/side-browser-tests.log
 SIDE_TESTS  := tests/test_jupyterlab.py \
-               tests/test_site.py::test_whole_book_pdf_builds_with_sane_page_and_figure_counts
+               tests/test_site.py::test_whole_book_pdf_builds_with_sane_page_and_figure_counts \
+               tests/test_site.py::test_every_internal_link_and_anchor_resolves  # after the PDF
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \

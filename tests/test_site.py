@@ -597,7 +597,8 @@ def _anchors(path: Path, cache={}) -> set[str]:  # noqa: B006 - a deliberate per
 
 
 def test_every_internal_link_and_anchor_resolves():
-    """Runs after the PDF test (file order): the intro page links to the printed book."""
+    """Runs after the PDF test (file order; `make test` runs the two in this order in one
+    session): the intro page links to the printed book."""
     problems = []
     for path in [*_pages(), SITE / "index.html"]:
         for href in re.findall(r'<a [^>]*href="([^"]+)"', path.read_text()):
