@@ -50,6 +50,12 @@ def trust(env: dict[str, str], root: Path = NOTEBOOKS) -> None:
 
 
 def main(argv: list[str]) -> int:
+    if not (sys.stdin.isatty() or sys.stdout.isatty() or argv):
+        # Neither a reader at a terminal nor explicit arguments: most likely a script that
+        # ran `make lab` by accident (it would block forever on a server nobody opens).
+        print("make lab starts a JupyterLab server for a reader; run it from a terminal, or")
+        print("pass arguments (make lab LAB_ARGS=--no-browser) to start it from a script.")
+        return 0
     env = environment()
     trust(env)
     return subprocess.call(command(*argv), env=env)
