@@ -29,9 +29,13 @@ setup: $(STAMP) $(ASSETS)
 # elsewhere pass e.g. UV_EXTRA="--index-strategy unsafe-best-match --extra-index-url
 # https://download.pytorch.org/whl/cpu" for the CPU build instead of PyPI's CUDA one.
 UV_VERSION := 0.13.9
+comma      := ,
+# pip's find-links from the environment, else from pip's own configuration (uv reads neither);
+# exported so the tests that build environments with uv see the same wheels.
+export PIP_FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get \
+                         global.find-links 2> /dev/null))
 UV         := $(BIN)/uv pip install --quiet --python $(BIN)/python \
               $(foreach d,$(subst $(comma), ,$(PIP_FIND_LINKS)),--find-links $(d)) $(UV_EXTRA)
-comma      := ,
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
