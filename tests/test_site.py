@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
 
@@ -95,6 +96,10 @@ class Visit:
         self.page.on("pageerror", lambda e: self.errors.append(f"pageerror: {e}"))
         self.page.on("console", self._console)
         self.page.on("response", self._response)
+        self.inflight = 0  # requests started and not yet finished or failed
+        self.page.on("request", lambda r: self._count(1))
+        self.page.on("requestfinished", lambda r: self._count(-1))
+        self.page.on("requestfailed", lambda r: self._count(-1))
         self.page.goto(url, wait_until="load")
         # MathJax typesets asynchronously after load (then fetches its fonts); wait for it.
         self.page.evaluate("""async () => {
@@ -103,7 +108,20 @@ class Visit:
             }
             await document.fonts.ready;
         }""")
-        self.page.wait_for_load_state("networkidle")
+        self._wait_for_quiet_network()
+
+    def _count(self, change: int) -> None:
+        self.inflight += change
+
+    def _wait_for_quiet_network(self, quiet_ms: int = 100, limit_s: float = 30) -> None:
+        """Return once no request has been in flight for ``quiet_ms`` (Playwright's
+        "networkidle" is the same test with a fixed 500 ms, half a second on every page)."""
+        deadline, quiet = time.monotonic() + limit_s, 0
+        while quiet < quiet_ms:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.page.url}: {self.inflight} requests still open")
+            self.page.wait_for_timeout(20)  # lets Playwright deliver the request events
+            quiet = quiet + 20 if self.inflight == 0 else 0
 
     def _response(self, response):
         self.responses.append(response)
