@@ -85,6 +85,8 @@ lint: setup
 # chapters and tests use one thread, so they take the second core while the other checks
 # run. Once the site is built, the JupyterLab test and the PDF test (each drives its own
 # server and browser) also run beside the site's browser tests. Logs are printed at the end.
+# Each background job is its own process group (setsid), so a failure elsewhere stops it with
+# everything it started (kernels, the JupyterLab server, Chromium), not just its pytest.
 RUNTIME_LOG := _build/background-tests.log
 SIDE_LOG    := _build/side-browser-tests.log
 SIDE_TESTS  := tests/test_jupyterlab.py \
@@ -93,18 +95,18 @@ SIDE_TESTS  := tests/test_jupyterlab.py \
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
-	$(BIN)/pytest -q -p no:cacheprovider -m "(runtime or slow) and not browser" tests/ \
+	setsid $(BIN)/pytest -q -p no:cacheprovider -m "(runtime or slow) and not browser" tests/ \
 	    > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
-	trap 'kill $$runtime 2> /dev/null || true' EXIT; \
+	trap 'kill -- -$$runtime 2> /dev/null || true' EXIT; \
 	set -x; \
 	$(MAKE) --no-print-directory lint; \
 	$(BIN)/pytest -q -m "not browser and not runtime and not slow" tests/; \
 	$(NBVAL) -q; \
 	$(MAKE) --no-print-directory book; \
 	$(BIN)/python scripts/prime_cache.py --verify; \
-	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser $(SIDE_TESTS) \
+	ATTNBOOK_REQUIRE_BROWSER=1 setsid $(BIN)/pytest -q -m browser $(SIDE_TESTS) \
 	    > $(SIDE_LOG) 2>&1 & side=$$!; \
-	trap 'kill $$runtime $$side 2> /dev/null || true' EXIT; \
+	trap 'kill -- -$$runtime -$$side 2> /dev/null || true' EXIT; \
 	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser tests/ \
 	    $(foreach t,$(SIDE_TESTS),$(if $(findstring ::,$(t)),--deselect $(t),--ignore $(t))); \
 	set +x; \
