@@ -32,6 +32,7 @@ __all__ = [
     "require_real",
     "require_same_shape",
     "require_scalar",
+    "require_seed",
     "require_tensor",
     "require_values",
     "tolerance_for",
@@ -58,6 +59,17 @@ def require_int(
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
+
+
+# torch.manual_seed and torch.Generator.manual_seed take seeds in [0, 2**64 - 1].
+_MAX_TORCH_SEED = 2**64 - 1
+
+
+def require_seed(name: str, value: object, *, offset: int = 0) -> int:
+    """Return ``value`` as an ``int`` seed, or raise unless ``value + offset`` (the largest seed
+    the caller derives from it, e.g. ``seed + 1`` for a second generator) is a torch seed,
+    ``0 <= seed + offset <= 2**64 - 1``."""
+    return require_int(name, value, minimum=0, maximum=_MAX_TORCH_SEED - offset)
 
 
 def require_positive_int(name: str, value: object) -> int:
@@ -319,11 +331,18 @@ def too_large(what: str) -> Iterator[None]:
 
     ``what`` names the arguments that set the size, e.g. ``"t_q=10**12, t_k=10**12"``; torch's
     own message (an overflowed size, or an allocator that cannot find the bytes) follows it.
+    A size beyond int64 reaches torch's argument parser, which raises ``TypeError`` ("failed
+    to unpack ... Overflow"); that one is turned into the same ``ValueError``.
     """
     try:
         yield
     except OverflowError as error:
         raise ValueError(f"{what} is too large ({error})") from None
+    except TypeError as error:
+        if "overflow" not in str(error).lower():
+            raise
+        first = str(error).splitlines()[0]
+        raise ValueError(f"{what} is too large ({first[:160]})") from None
     except RuntimeError as error:
         text = str(error)
         if "allocate" not in text and "overflow" not in text.lower():

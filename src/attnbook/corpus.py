@@ -15,7 +15,13 @@ from importlib import resources
 
 import torch
 
-from attnbook._checks import require_int, require_positive_int, require_tensor
+from attnbook._checks import (
+    require_int,
+    require_positive_int,
+    require_tensor,
+    require_values,
+    too_large,
+)
 
 __all__ = ["CharVocab", "book_text", "count_cross_entropy", "random_windows"]
 
@@ -27,11 +33,15 @@ def book_text() -> str:
 
 class CharVocab:
     """A bijection between the distinct characters of a text and the ids ``0 .. V - 1``,
-    in code-point order (so the newline, the smallest, is id 0 when the text has one)."""
+    in code-point order (so the newline, the smallest, is id 0 when the text has one).
+
+    Raises ``TypeError`` for a ``text`` that is not a ``str`` and ``ValueError`` for ``""``."""
 
     def __init__(self, text: str) -> None:
-        if not isinstance(text, str) or not text:
-            raise ValueError(f"text must be a non-empty str, got {type(text).__name__}")
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a non-empty str, got {type(text).__name__}")
+        if not text:
+            raise ValueError("text must be a non-empty str, got ''")
         self.chars = sorted(set(text))
         self._ids = {ch: i for i, ch in enumerate(self.chars)}
 
@@ -49,8 +59,9 @@ class CharVocab:
         return torch.tensor([self._ids[ch] for ch in text], dtype=torch.long)
 
     def decode(self, ids: torch.Tensor) -> str:
-        """The text of a 1-D integer tensor of ids in ``[0, V)``."""
-        ids = require_tensor("ids", ids, rank=1, dtype="integer", shape_hint="(N,)")
+        """The text of a 1-D integer tensor of ids in ``[0, V)``; raises ``TypeError`` or
+        ``ValueError`` naming ``ids`` for any other (a ``meta`` tensor included)."""
+        ids = require_values("ids", require_tensor("ids", ids, rank=1, dtype="integer"))
         if ids.numel() and (ids.min() < 0 or ids.max() >= len(self)):
             raise ValueError(f"ids must lie in [0, {len(self)}), got {ids.min()}..{ids.max()}")
         return "".join(self.chars[i] for i in ids.tolist())
@@ -58,6 +69,7 @@ class CharVocab:
 
 def _require_stream(name: str, ids: object, minimum: int) -> torch.Tensor:
     ids = require_tensor(name, ids, rank=1, dtype="integer", shape_hint="(N,)")
+    require_values(name, ids)
     if ids.numel() < minimum or ids.min() < 0:
         raise ValueError(f"{name} must hold >= {minimum} ids >= 0, got shape {tuple(ids.shape)}")
     return ids
@@ -76,13 +88,20 @@ def random_windows(
     Returns:
         ``(inputs, labels)``, each ``(B, T)``: ``labels`` is ``inputs`` shifted left by one,
         the next-token targets of every position.
+
+    Raises:
+        TypeError: non-int ``batch`` or ``context``, ``ids`` not a 1-D integer tensor, or
+            ``generator`` not a ``torch.Generator``.
+        ValueError: ``batch`` or ``context`` < 1, ``batch`` too large to allocate, ``ids``
+            with fewer than ``context + 1`` ids, a negative id, or no values (``meta``).
     """
     batch, context = require_positive_int("batch", batch), require_positive_int("context", context)
     ids = _require_stream("ids", ids, context + 1)
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    starts = torch.randint(len(ids) - context, (batch,), generator=generator)  # (B,)
-    windows = ids[starts[:, None] + torch.arange(context + 1)]  # (B, T + 1)
+    with too_large(f"batch={batch}, context={context}"):
+        starts = torch.randint(len(ids) - context, (batch,), generator=generator)  # (B,)
+        windows = ids[starts[:, None] + torch.arange(context + 1)]  # (B, T + 1)
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -105,12 +124,16 @@ def count_cross_entropy(train: torch.Tensor, test: torch.Tensor, vocab: int, ord
     first ``order`` test characters have no full context and are not scored.
 
     Raises:
+        TypeError: non-int ``vocab`` or ``order``; ``train`` or ``test`` not 1-D integer
+            tensors.
         ValueError: ``order < 0``, ``V ** (order + 1)`` beyond int64, streams shorter than
-            ``order + 1`` (or 2) ids, or ids outside ``[0, vocab)``.
+            ``order + 1`` (or 2) ids, ids outside ``[0, vocab)``, or ``meta`` streams.
     """
     vocab = require_positive_int("vocab", vocab)
     order = require_int("order", order, minimum=0)
-    if vocab ** (order + 1) >= 2**62:
+    # order + 1 > 62 already overflows for vocab >= 2; testing it first keeps Python from
+    # computing a vast power (3 ** 10**30 would never finish).
+    if vocab > 1 and (order + 1 > 62 or vocab ** (order + 1) >= 2**62):
         raise ValueError(f"order={order} is too large for vocab={vocab}: V ** (order + 1) >= 2**62")
     train = _require_stream("train", train, max(2, order + 1))
     test = _require_stream("test", test, max(2, order + 1))

@@ -17,7 +17,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook._checks import require_instance, require_int, require_real, require_tensor
+from attnbook._checks import (
+    require_bool,
+    require_instance,
+    require_int,
+    require_real,
+    require_tensor,
+    require_values,
+    too_large,
+)
 from attnbook.attention import attention
 from attnbook.costs import attention_flops, block_params, ffn_flops, swiglu_hidden
 from attnbook.heads import merge_heads, split_heads
@@ -113,9 +121,10 @@ class TinyGPT(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = require_instance("config", config, GPTConfig)
-        self.embed = nn.Embedding(config.vocab, config.width)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
-        self.norm = RMSNorm(config.width, eps=config.eps)
+        with too_large(f"config (vocab={config.vocab}, width={config.width})"):
+            self.embed = nn.Embedding(config.vocab, config.width)
+            self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
+            self.norm = RMSNorm(config.width, eps=config.eps)
         for name, p in self.named_parameters():
             if p.dim() == 2:
                 residual = name.endswith((".o.weight", ".down.weight"))
@@ -135,9 +144,18 @@ class TinyGPT(nn.Module):
 
         Returns:
             ``logits (B, T, V)``, or ``(logits, [weights (B, Hq, T, Tk)] * L)``; row ``t`` of
-            the logits predicts the token after position ``t``.
+            the logits predicts the token after position ``t``. ``T`` may exceed
+            ``config.context`` (RoPE has no length limit; the model was trained on shorter).
+
+        Raises:
+            TypeError: ``ids`` not an integer tensor, a ``cache`` that is not a
+                :class:`KVCache`, a non-bool ``return_weights``.
+            ValueError: ``ids`` empty, of rank other than 2, outside ``[0, V)`` or without
+                values (``meta``); a ``cache`` of other sizes, dtype or device than the
+                model's, or without room for ``T`` more positions.
         """
         ids = require_tensor("ids", ids, rank=2, dtype="integer", shape_hint="(B, T)")
+        require_values("ids", ids)
         if ids.numel() == 0 or ids.min() < 0 or ids.max() >= self.config.vocab:
             raise ValueError(f"ids must be a non-empty (B, T) in [0, {self.config.vocab})")
         x = self.embed(ids.long())  # (B, T, d); nn.Embedding takes only int32/int64 ids
@@ -147,13 +165,19 @@ class TinyGPT(nn.Module):
         self, x: torch.Tensor, *, cache: KVCache | None = None, return_weights: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, list[torch.Tensor]]:
         """:meth:`forward` from token embeddings ``x (B, T, d)`` instead of ids, so that the
-        input can be perturbed smoothly (as :func:`attnbook.diagnostics.check_causality` does)."""
+        input can be perturbed smoothly (as :func:`attnbook.diagnostics.check_causality` does).
+
+        Raises as :meth:`forward` does, with ``x`` for ``ids``: ``x`` must be a floating
+        ``(B, T, d)`` tensor with ``B, T >= 1``, of the model's dtype and on its device."""
         x = require_tensor("x", x, rank=3, dtype="floating", shape_hint="(B, T, d)")
+        return_weights = require_bool("return_weights", return_weights)
         c, weight = self.config, self.embed.weight
         if x.shape[-1] != c.width or x.shape[0] * x.shape[1] == 0:
             raise ValueError(f"x must be (B, T, d={c.width}), got {tuple(x.shape)}")
         if x.dtype != weight.dtype:
             raise TypeError(f"x must have the model's dtype {weight.dtype}, got {x.dtype}")
+        if x.device != weight.device:
+            raise ValueError(f"x is on {x.device} but the model is on {weight.device}")
         if cache is not None:
             require_instance("cache", cache, KVCache)
             fits = (c.layers, x.shape[0], c.kv_heads, c.head_dim, weight.dtype)
@@ -161,6 +185,13 @@ class TinyGPT(nn.Module):
             if has != fits:
                 raise ValueError(
                     f"cache holds (layers, B, Hkv, dk, dtype) = {has} but this call needs {fits}"
+                )
+            if cache.keys.device != weight.device:
+                raise ValueError(f"cache is on {cache.keys.device}, the model on {weight.device}")
+            if cache.length + x.shape[1] > cache.max_positions:
+                raise ValueError(
+                    f"cache holds {cache.length} positions; {x.shape[1]} more exceeds "
+                    f"max_positions={cache.max_positions}"
                 )
         start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + x.shape[1], device=x.device)  # (T,)

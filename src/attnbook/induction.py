@@ -22,7 +22,14 @@ from __future__ import annotations
 
 import torch
 
-from attnbook._checks import require_instance, require_int, require_nonempty, require_tensor
+from attnbook._checks import (
+    require_instance,
+    require_int,
+    require_nonempty,
+    require_tensor,
+    require_values,
+    too_large,
+)
 
 __all__ = [
     "induction_score",
@@ -48,6 +55,11 @@ def make_repeats(
     Returns:
         ``tokens`` ``(N, T)`` int64 and ``lengths`` ``(N,)`` int64. Row ``i`` holds ``L_i``
         distinct tokens, the same ``L_i`` tokens in the same order, then ``T - 2 L_i`` pads.
+
+    Raises:
+        TypeError: a non-int size or a ``generator`` that is not a ``torch.Generator``.
+        ValueError: a size < 1, ``min_len > max_len``, ``vocab < max_len``, or ``n`` and
+            ``vocab`` too large to allocate.
     """
     n = require_int("n", n, minimum=1)
     vocab = require_int("vocab", vocab, minimum=1)
@@ -61,17 +73,19 @@ def make_repeats(
             f"vocab={vocab} cannot fill a first half of max_len={max_len} distinct tokens"
         )
     t = 2 * max_len
-    lengths = torch.randint(min_len, max_len + 1, (n,), generator=generator)  # (N,)
-    first = torch.rand(n, vocab, generator=generator).argsort(-1)[:, :max_len]  # (N, max_len)
-    position = torch.arange(t)  # (T,)
-    tokens = first.gather(1, (position % lengths[:, None]).clamp(max=max_len - 1))  # (N, T)
-    padding = position >= 2 * lengths[:, None]  # (N, T)
+    with too_large(f"n={n}, vocab={vocab}, max_len={max_len}"):
+        lengths = torch.randint(min_len, max_len + 1, (n,), generator=generator)  # (N,)
+        first = torch.rand(n, vocab, generator=generator).argsort(-1)[:, :max_len]  # (N, L)
+        position = torch.arange(t)  # (T,)
+        tokens = first.gather(1, (position % lengths[:, None]).clamp(max=max_len - 1))  # (N, T)
+        padding = position >= 2 * lengths[:, None]  # (N, T)
     return tokens.masked_fill(padding, vocab), lengths
 
 
 def _require_lengths(lengths: object, n: int, t: int) -> torch.Tensor:
     lengths = require_tensor("lengths", lengths, rank=1, dtype="integer", shape_hint="(N,)")
     require_nonempty("lengths", lengths, "N")
+    require_values("lengths", lengths)
     if len(lengths) != n:
         raise ValueError(f"lengths has {len(lengths)} entries but weights hold N={n} sequences")
     low, high = lengths.min().item(), lengths.max().item()
@@ -86,6 +100,7 @@ def _require_weights(weights: object) -> torch.Tensor:
     weights = require_tensor(
         "weights", weights, min_rank=4, dtype="floating", shape_hint="(..., N, H, T, T)"
     )
+    require_values("weights", weights)
     if weights.shape[-1] != weights.shape[-2] or weights.shape[-1] < 2:
         raise ValueError(
             f"weights must be square self-attention maps (..., N, H, T, T) with T >= 2, "
@@ -104,20 +119,29 @@ def repeated_queries(lengths: torch.Tensor, t: int) -> torch.Tensor:
     Returns:
         Bool ``(N, T)``; entry ``[i, q]`` says that the token after query ``q`` is a copy, so
         the next-token prediction at ``q`` can be scored as in-context (``L - 1`` per row).
+
+    Raises:
+        TypeError: a non-int ``t``, ``lengths`` not a 1-D integer tensor.
+        ValueError: ``t < 2`` or too large to allocate; ``lengths`` empty, outside
+            ``[1, t/2]`` or without values (``meta``).
     """
     t = require_int("t", t, minimum=2)
     lengths = require_tensor("lengths", lengths, rank=1, dtype="integer", shape_hint="(N,)")
     lengths = _require_lengths(lengths, len(lengths), t)
-    position = torch.arange(t, device=lengths.device)  # (T,)
-    return (position >= lengths[:, None]) & (position <= 2 * lengths[:, None] - 2)  # (N, T)
+    with too_large(f"t={t}"):
+        position = torch.arange(t, device=lengths.device)  # (T,)
+        return (position >= lengths[:, None]) & (position <= 2 * lengths[:, None] - 2)  # (N, T)
 
 
 def _mean_on_key(weights: torch.Tensor, key: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     # weights (..., N, H, T, T); key and keep (N, T): the key each query is scored on.
     index = key.clamp(min=0)[:, None, :, None].expand(*weights.shape[:-1], 1)  # (..., N, H, T, 1)
     on_key = weights.gather(-1, index).squeeze(-1)  # (..., N, H, T)
-    keep = keep[:, None, :].to(weights.dtype)  # (N, 1, T)
-    return (on_key * keep).sum((-3, -1)) / keep.sum()  # (..., H)
+    keep = keep[:, None, :]  # (N, 1, T)
+    # where, not a product with keep: a NaN or inf weight of an unscored query (padding, say)
+    # must not reach the mean.
+    kept = torch.where(keep, on_key, 0.0)  # (..., N, H, T)
+    return kept.sum((-3, -1)) / keep.sum().to(weights.dtype)  # (..., H)
 
 
 def previous_token_score(weights: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -135,7 +159,10 @@ def previous_token_score(weights: torch.Tensor, lengths: torch.Tensor) -> torch.
 
     Raises:
         TypeError, ValueError: non-floating or non-square ``weights``, ``lengths`` of the
-            wrong dtype, count or range.
+            wrong dtype, count or range, either without values (``meta``).
+
+    A NaN or inf weight of a query that is not scored (padding, say) does not reach the
+    score.
     """
     weights = _require_weights(weights)
     t = weights.shape[-1]

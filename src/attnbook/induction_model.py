@@ -17,7 +17,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnbook._checks import require_instance, require_int, require_real, require_tensor
+from attnbook._checks import (
+    require_instance,
+    require_int,
+    require_nonempty,
+    require_real,
+    require_seed,
+    require_tensor,
+    require_values,
+    too_large,
+)
 from attnbook.attention import attention
 from attnbook.heads import merge_heads, split_heads
 from attnbook.induction import induction_score, make_repeats, previous_token_score, repeated_queries
@@ -28,7 +37,12 @@ __all__ = ["AttentionOnly", "InductionConfig", "evaluate", "train"]
 
 @dataclass(frozen=True)
 class InductionConfig:
-    """The task, the model and its training run."""
+    """The task, the model and its training run.
+
+    Raises ``TypeError`` or ``ValueError`` naming the field for a size that is not an int
+    ``>= 1``, a non-positive ``lr``, ``width`` not a multiple of ``heads``, lengths outside
+    ``min_len <= max_len <= vocab``, or a ``seed`` whose derived seeds (up to
+    ``seed + max(seeds - 1, 2000)``) exceed torch's ``2**64 - 1``."""
 
     vocab: int = 24  # tokens V (token V pads)
     min_len: int = 6  # shortest pattern L
@@ -49,7 +63,9 @@ class InductionConfig:
             require_int(name, getattr(self, name), minimum=1)
         for name in ("steps", "batch", "eval_every", "eval_size"):
             require_int(name, getattr(self, name), minimum=1)
-        require_int("seed", self.seed, minimum=0)
+        # Models are seeded seed .. seed + seeds - 1, the batches seed + 1000, the held-out
+        # data seed + 2000: all must be torch seeds.
+        require_seed("seed", self.seed, offset=max(self.seeds - 1, 2000))
         require_real("lr", self.lr, positive=True)
         if self.width % self.heads:
             raise ValueError(f"width={self.width} is not a multiple of heads={self.heads}")
@@ -65,8 +81,9 @@ class InductionConfig:
         return 2 * self.max_len
 
     def data(self, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``n`` sequences from :func:`attnbook.induction.make_repeats`, fixed by ``seed``."""
-        generator = torch.Generator().manual_seed(require_int("seed", seed, minimum=0))
+        """``n`` sequences from :func:`attnbook.induction.make_repeats`, fixed by ``seed`` (a
+        torch seed, ``0 <= seed < 2**64``); raises as ``make_repeats`` does for ``n``."""
+        generator = torch.Generator().manual_seed(require_seed("seed", seed))
         return make_repeats(
             n, vocab=self.vocab, min_len=self.min_len, max_len=self.max_len, generator=generator
         )
@@ -78,6 +95,10 @@ class AttentionOnly(nn.Module):
     def __init__(self, config: InductionConfig) -> None:
         super().__init__()
         self.config = require_instance("config", config, InductionConfig)
+        with too_large(f"config (vocab={config.vocab}, width={config.width})"):
+            self._build(config)
+
+    def _build(self, config: InductionConfig) -> None:
         d, v, t, layers = config.width, config.vocab, config.t, config.layers
         generators = [torch.Generator().manual_seed(config.seed + s) for s in range(config.seeds)]
 
@@ -104,14 +125,21 @@ class AttentionOnly(nn.Module):
 
         Returns:
             ``logits (S, N, T, V)`` and ``weights (S, L, N, H, T, T)`` (causal rows).
+
+        Raises:
+            TypeError: ``tokens`` not an integer tensor, ``head_mask`` not a floating one.
+            ValueError: ``tokens`` of another shape, with ``T = 0``, outside ``[0, V]`` or
+                without values (``meta``); ``head_mask`` not ``(L, H)`` or not on the model's
+                device. A ``head_mask`` of another floating dtype is cast to the model's.
         """
         c = self.config
         tokens = require_tensor("tokens", tokens, dtype="integer", shape_hint="(S, N, T)")
+        require_values("tokens", tokens)
         if tokens.dim() == 2:
             tokens = tokens.expand(c.seeds, *tokens.shape)
-        if tokens.dim() != 3 or tokens.shape[0] != c.seeds or tokens.shape[-1] > c.t:
+        if tokens.dim() != 3 or tokens.shape[0] != c.seeds or not 1 <= tokens.shape[-1] <= c.t:
             raise ValueError(
-                f"tokens must have shape (S={c.seeds}, N, T <= {c.t}) or (N, T), "
+                f"tokens must have shape (S={c.seeds}, N, 1 <= T <= {c.t}) or (N, T), "
                 f"got {tuple(tokens.shape)}"
             )
         if tokens.numel() and (tokens.min() < 0 or tokens.max() > c.vocab):
@@ -123,6 +151,11 @@ class AttentionOnly(nn.Module):
                     f"head_mask must have shape (L, H) = ({c.layers}, {c.heads}), "
                     f"got {tuple(head_mask.shape)}"
                 )
+            if head_mask.device != self.embed.device:
+                raise ValueError(
+                    f"head_mask is on {head_mask.device} but the model is on {self.embed.device}"
+                )
+            head_mask = head_mask.to(self.embed.dtype)
         t = tokens.shape[-1]
         seed = torch.arange(c.seeds)[:, None, None]  # (S, 1, 1)
         x = self.embed[seed, tokens] + self.position[:, None, :t]  # (S, N, T, d)
@@ -167,9 +200,25 @@ def evaluate(
         A dict of tensors: ``loss`` and ``accuracy`` ``(S,)`` over the queries
         ``L <= t <= 2L - 2`` (their next token is a copy), ``previous`` and ``induction``
         ``(S, L, H)`` (the scores of :mod:`attnbook.induction`).
+
+    Raises:
+        TypeError: ``model`` not an :class:`AttentionOnly`; ``tokens`` or ``lengths`` not
+            integer tensors.
+        ValueError: ``tokens`` not ``(N, T)`` with ``N >= 1`` and ``T >= 2``, ``lengths``
+            not ``(N,)`` with entries in ``[1, T/2]``, and as :meth:`AttentionOnly.forward`.
     """
     require_instance("model", model, AttentionOnly)
     tokens = require_tensor("tokens", tokens, rank=2, dtype="integer", shape_hint="(N, T)")
+    require_nonempty("tokens", tokens, "N, T")
+    if tokens.shape[1] < 2:
+        raise ValueError(f"tokens must have T >= 2 positions, got shape {tuple(tokens.shape)}")
+    lengths = require_tensor("lengths", lengths, rank=1, dtype="integer", shape_hint="(N,)")
+    if len(lengths) != len(tokens):
+        raise ValueError(
+            f"lengths has {len(lengths)} entries but tokens hold N={len(tokens)} sequences"
+        )
+    require_values("tokens", tokens)
+    tokens = tokens.long()  # cross_entropy takes int64 targets
     keep = repeated_queries(lengths, tokens.shape[-1])[:, :-1].float()  # (N, T - 1)
     with torch.no_grad():
         logits, weights = model(tokens, head_mask=head_mask)

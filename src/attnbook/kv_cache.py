@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import torch
 
-from attnbook._checks import require_int, require_positive_int, require_tensor
+from attnbook._checks import (
+    require_device,
+    require_int,
+    require_positive_int,
+    require_tensor,
+    too_large,
+)
 
 __all__ = ["KVCache"]
 
@@ -28,6 +34,11 @@ class KVCache:
 
     A forward pass with a cache appends the same number of new positions to every layer; the
     cache :attr:`length` counts positions that every layer holds.
+
+    Raises:
+        TypeError: a size that is not an int, a non-floating ``dtype``, or a ``device`` of the
+            wrong type.
+        ValueError: a size < 1, buffers too large to allocate, or an unusable ``device``.
     """
 
     def __init__(
@@ -46,6 +57,7 @@ class KVCache:
         self.max_positions = require_positive_int("max_positions", max_positions)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        device = require_device("device", device)
         shape = (
             sizes["layers"],
             sizes["batch"],
@@ -53,8 +65,10 @@ class KVCache:
             self.max_positions,
             sizes["head_dim"],
         )
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, Hkv, P, dk)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, Hkv, P, dk)
+        sizes_text = ", ".join(f"{n}={v}" for n, v in sizes.items())
+        with too_large(f"{sizes_text}, max_positions={self.max_positions}"):
+            self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, Hkv, P, dk)
+            self.values = torch.zeros(shape, dtype=dtype, device=device)  # (L, B, Hkv, P, dk)
         self._filled = [0] * sizes["layers"]  # positions stored by each layer
 
     @property
@@ -81,8 +95,11 @@ class KVCache:
             after the append (old ones first). Later appends overwrite nothing they return.
 
         Raises:
-            ValueError: a layer out of range, shapes that differ from the buffers', or more
-                positions than ``max_positions`` in total.
+            TypeError: a non-int ``layer``; ``k`` or ``v`` not a floating tensor of the
+                cache's dtype.
+            ValueError: a layer out of range, shapes that differ from the buffers', ``k`` or
+                ``v`` on another device (a ``meta`` tensor, say), or more positions than
+                ``max_positions`` in total.
         """
         layer = require_int("layer", layer, minimum=0)
         if layer >= len(self._filled):
@@ -92,6 +109,8 @@ class KVCache:
             x = require_tensor(name, x, rank=4, dtype="floating", shape_hint="(B, Hkv, Tnew, dk)")
             if x.shape[:2] != self.keys.shape[1:3] or x.shape[3] != self.keys.shape[4]:
                 raise ValueError(f"{name} must have shape {expected}, got {tuple(x.shape)}")
+            if x.device != self.keys.device:
+                raise ValueError(f"{name} is on {x.device} but the cache is on {self.keys.device}")
         if k.shape != v.shape:
             raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must have equal shapes")
         if not k.dtype == v.dtype == self.keys.dtype:

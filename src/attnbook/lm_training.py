@@ -12,7 +12,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnbook._checks import require_instance, require_int, require_real, require_tensor
+from attnbook._checks import (
+    require_instance,
+    require_int,
+    require_real,
+    require_seed,
+    require_tensor,
+    require_values,
+)
 from attnbook.corpus import random_windows
 from attnbook.gpt import GPTConfig, TinyGPT
 
@@ -22,7 +29,12 @@ __all__ = ["TrainConfig", "position_losses", "train_lm"]
 @dataclass(frozen=True)
 class TrainConfig:
     """The optimisation recipe; the defaults are chapter 13's run. The architecture is a
-    :class:`attnbook.gpt.GPTConfig`."""
+    :class:`attnbook.gpt.GPTConfig`.
+
+    Raises ``TypeError`` or ``ValueError`` naming the field for ``steps`` or ``batch`` < 1,
+    ``warmup`` < 0, a non-positive or non-finite ``lr`` or ``clip``, a negative
+    ``weight_decay``, or a ``seed`` outside ``[0, 2**64 - 2]`` (``seed + 1`` seeds the
+    windows)."""
 
     steps: int = 300  # optimizer steps
     batch: int = 16  # windows per step, each of config.context inputs
@@ -30,13 +42,13 @@ class TrainConfig:
     warmup: int = 20  # steps of linear warmup, then cosine decay to lr / 10
     weight_decay: float = 0.0  # AdamW's decoupled weight decay, on matrices only
     clip: float = 1.0  # gradient-norm clipping threshold
-    seed: int = 0  # seeds the initial weights and the window offsets
+    seed: int = 0  # seeds the initial weights and (seed + 1) the window offsets
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch"):
             require_int(name, getattr(self, name), minimum=1)
         require_int("warmup", self.warmup, minimum=0)
-        require_int("seed", self.seed, minimum=0)
+        require_seed("seed", self.seed, offset=1)  # train_lm also seeds with seed + 1
         require_real("lr", self.lr, positive=True)
         require_real("clip", self.clip, positive=True)
         if require_real("weight_decay", self.weight_decay) < 0:
@@ -66,10 +78,25 @@ def train_lm(
 
     Returns:
         ``(model in eval mode, per-step training losses in nats per token)``.
+
+    Raises:
+        TypeError: ``config`` or ``recipe`` of the wrong type, ``ids`` not a 1-D integer
+            tensor.
+        ValueError: ``ids`` with ``context`` or fewer ids, ids outside ``[0, config.vocab)``,
+            or no values (``meta``); checked before any training step.
     """
     require_instance("config", config, GPTConfig)
     require_instance("recipe", recipe, TrainConfig)
     ids = require_tensor("ids", ids, rank=1, dtype="integer", shape_hint="(N,)")
+    require_values("ids", ids)
+    if len(ids) <= config.context:
+        raise ValueError(f"ids must hold more than context={config.context} ids, got {len(ids)}")
+    if ids.min() < 0 or ids.max() >= config.vocab:
+        raise ValueError(
+            f"ids must lie in [0, vocab={config.vocab}), got {ids.min().item()} to "
+            f"{ids.max().item()}"
+        )
+    ids = ids.long()  # cross_entropy takes int64 targets
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(recipe.seed)
         model = TinyGPT(config)
@@ -115,19 +142,32 @@ def position_losses(
         Float tensor ``(T,)``: entry ``t`` is the loss in nats of predicting character
         ``t + 1`` of a window from characters ``0 .. t``. With the default stride, its mean
         is the mean loss per predicted id.
+
+    Raises:
+        TypeError: ``model`` not a :class:`TinyGPT`, ``ids`` not a 1-D integer tensor, a
+            non-int ``stride`` or ``batch``.
+        ValueError: ``stride`` or ``batch`` < 1, ``ids`` with ``T`` or fewer ids, outside
+            ``[0, V)`` or without values (``meta``).
     """
     require_instance("model", model, TinyGPT)
     ids = require_tensor("ids", ids, rank=1, dtype="integer", shape_hint="(N,)")
+    require_values("ids", ids)
     batch = require_int("batch", batch, minimum=1)
     t = model.config.context
     stride = t if stride is None else require_int("stride", stride, minimum=1)
     if len(ids) <= t:
         raise ValueError(f"ids must hold more than context={t} ids, got {len(ids)}")
-    windows = ids.unfold(0, t + 1, stride)  # (windows, T + 1)
+    vocab = model.config.vocab
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise ValueError(
+            f"ids must lie in [0, vocab={vocab}), got {ids.min().item()} to {ids.max().item()}"
+        )
+    # A stride beyond N gives the one window at 0 (and would overflow unfold's int64).
+    windows = ids.long().unfold(0, t + 1, min(stride, len(ids)))  # (windows, T + 1)
     count = len(windows)
     total = torch.zeros(t, dtype=torch.float64)
     with torch.no_grad():
-        for chunk in windows.split(batch):
+        for chunk in windows.split(min(batch, count)):
             logits = model(chunk[:, :-1])  # (b, T, V)
             loss = F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none")
             total += loss.sum(0).double()  # (T,)

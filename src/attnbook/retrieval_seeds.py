@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from attnbook._checks import require_instance, require_int
+from attnbook._checks import require_instance, require_seed
 from attnbook.retrieval import RetrievalConfig, RetrievalData
-from attnbook.retrieval_model import TinyRetriever
+from attnbook.retrieval_model import TinyRetriever, _require_answers, _require_ids
 
 __all__ = ["stacked_accuracy", "train_seeds"]
 
@@ -74,6 +74,7 @@ def stacked_accuracy(models: list[TinyRetriever], data: RetrievalData) -> torch.
     Raises:
         TypeError: ``models`` is not a non-empty list of :class:`TinyRetriever` with equal
             configurations, or ``data`` is not :class:`RetrievalData`.
+        ValueError: ``data`` holds keys, values or answers outside the models' vocabularies.
     """
     if not isinstance(models, list | tuple) or not models:
         raise TypeError(f"models must be a non-empty list of TinyRetriever, got {models!r}")
@@ -83,6 +84,12 @@ def stacked_accuracy(models: list[TinyRetriever], data: RetrievalData) -> torch.
     shapes = {tuple((n, tuple(p.shape)) for n, p in m.named_parameters()) for m in models}
     if len(shapes) != 1 or len({m.heads for m in models}) != 1:
         raise TypeError("models must share one configuration (the same parameter shapes)")
+    # The stacked embedding tables sit end to end, so an id beyond one model's table would
+    # silently read the next model's rows: check the ranges first.
+    first = models[0]
+    _require_ids("data.keys", data.keys, first.key_emb.num_embeddings)
+    _require_ids("data.values", data.values, first.value_emb.num_embeddings)
+    _require_answers(data, first.head.out_features)
     with torch.inference_mode():
         params, s = _stack(list(models)), len(models)
         keys, values = (x.expand(s, -1, -1) for x in (data.keys, data.values))
@@ -107,16 +114,23 @@ def train_seeds(
         the first 128 training rows ``(S,)``.
 
     Raises:
-        TypeError: ``config`` or ``data`` of the wrong type, or a seed that is not an int.
-        ValueError: no seeds, repeated seeds or a negative seed.
+        TypeError: ``config`` or ``data`` of the wrong type, ``seeds`` not a list or tuple,
+            or a seed that is not an int.
+        ValueError: no seeds, repeated seeds, a seed outside ``[0, 2**64 - 2]`` (``seed + 1``
+            seeds the batches), or ``data`` with ids outside ``config``'s vocabularies.
     """
     require_instance("config", config, RetrievalConfig)
     require_instance("data", data, RetrievalData)
-    if not isinstance(seeds, list | tuple) or not seeds:
-        raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    seeds = [require_int("seeds", s, minimum=0) for s in seeds]
+    if not isinstance(seeds, list | tuple):
+        raise TypeError(f"seeds must be a non-empty list of ints, got {type(seeds).__name__}")
+    if not seeds:
+        raise ValueError("seeds must be a non-empty list of ints, got an empty one")
+    seeds = [require_seed("seeds", s, offset=1) for s in seeds]
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct, got {seeds}")
+    _require_ids("data.keys", data.keys, config.keys)  # as retrieval_model.train checks
+    _require_ids("data.values", data.values, config.values + 1)
+    _require_answers(data, config.values)
     models = []
     for seed in seeds:
         with torch.random.fork_rng(devices=[]):

@@ -15,6 +15,7 @@ from attnbook._checks import (
     require_int,
     require_real,
     require_tensor,
+    require_values,
 )
 from attnbook.gpt import TinyGPT
 
@@ -38,7 +39,9 @@ def generate(
         prompt: integer ids ``(B, P)`` in ``[0, V)`` with ``B, P >= 1``.
         steps: new tokens to sample (``>= 1``); ``P + steps`` must fit ``model.config.context``,
             the size of the cache.
-        temperature: divides the logits before the softmax (> 0); lower is greedier.
+        temperature: divides the logits before the softmax (> 0, finite); lower is greedier,
+            and a temperature so small that every gap between logits overflows samples the
+            argmax (ties split evenly).
         generator: the sampling noise, for reproducible text.
         use_cache: decode with a :class:`attnbook.kv_cache.KVCache` (default) or rerun the
             full sequence at every step.
@@ -47,6 +50,14 @@ def generate(
         ``(ids, logits)``: ``ids (B, P + steps)`` is the prompt followed by the samples, and
         ``logits (B, steps, V)`` holds the logits each sample was drawn from (before the
         temperature), so that the two paths can be compared step by step.
+
+    Raises:
+        TypeError: ``model`` not a :class:`TinyGPT`, a non-int ``steps``, a non-real
+            ``temperature``, a non-bool ``use_cache``, a ``generator`` that is not a
+            ``torch.Generator``, or ``prompt`` not an integer tensor.
+        ValueError: ``steps < 1``, ``temperature <= 0`` or not finite, ``prompt`` empty,
+            outside ``[0, V)``, without values (``meta``) or too long for the context, or a
+            model whose logits are not finite (a NaN weight, say): nothing can be sampled.
     """
     require_instance("model", model, TinyGPT)
     steps = require_int("steps", steps, minimum=1)
@@ -55,6 +66,7 @@ def generate(
     if generator is not None:
         require_instance("generator", generator, torch.Generator)
     prompt = require_tensor("prompt", prompt, rank=2, dtype="integer", shape_hint="(B, P)")
+    require_values("prompt", prompt)
     context, vocab = model.config.context, model.config.vocab
     if prompt.numel() == 0 or prompt.min() < 0 or prompt.max() >= vocab:
         raise ValueError(
@@ -72,7 +84,16 @@ def generate(
         logits = model(prompt, cache=cache)[:, -1]  # (B, V): checks the prompt, too
         for step in range(steps):
             history.append(logits)
-            probs = torch.softmax(logits / temperature, dim=-1)  # (B, V)
+            if not torch.isfinite(logits).all():
+                raise ValueError(
+                    f"model gave non-finite logits at step {step} (a NaN or inf weight?); "
+                    "there is no distribution to sample from"
+                )
+            scaled = logits / temperature  # (B, V)
+            if torch.isfinite(scaled).all():
+                probs = torch.softmax(scaled, dim=-1)  # (B, V)
+            else:  # a temperature so small that the gaps overflow: the T -> 0 limit, argmax
+                probs = (logits == logits.amax(-1, keepdim=True)).to(logits.dtype)  # (B, V)
             token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
             ids = torch.cat((ids, token), dim=1)  # (B, P + step + 1)
             if step + 1 < steps:

@@ -25,6 +25,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from attnbook._checks import require_bool, require_positive_int, require_qkv, require_real
+from attnbook.attention import _working_dtype
 from attnbook.masks import causal_mask
 from attnbook.online_softmax import SoftmaxState, block_state, merge
 
@@ -44,15 +45,24 @@ def _scores(q, k_blk, start, t_k, scale, causal):  # (..., H, Tq, Tb), -inf wher
 
 
 class TiledAttention(torch.autograd.Function):
-    """Autograd function: ``apply(q, k, v, block_size, causal, scale)`` with validated inputs.
+    """Autograd function: ``apply(q, k, v, block_size, causal, scale)``.
 
-    Use :func:`recomputing_attention`, which validates its arguments and fills in ``scale``.
-    Saves ``q, k, v`` (the caller's tensors, no new memory), the output and the log-sum-exp;
-    first derivatives only (``once_differentiable``).
+    Use :func:`recomputing_attention`, which fills in ``scale`` and computes 16-bit inputs in
+    float32. ``apply`` itself checks its arguments as that function does (``scale`` is
+    required) and computes in the inputs' dtype. Saves ``q, k, v`` (the caller's tensors, no
+    new memory), the output and the log-sum-exp; first derivatives only
+    (``once_differentiable``).
+
+    Raises:
+        TypeError, ValueError: as :func:`recomputing_attention`, and for ``scale=None``.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, block_size, causal, scale):
+        q, k, v = require_qkv(q, k, v, allow_gqa=False)
+        block_size = require_positive_int("block_size", block_size)
+        causal = require_bool("causal", causal)
+        scale = require_real("scale", scale)
         t_k = k.shape[-2]
         state = SoftmaxState(  # the empty set of keys
             m=q.new_full(q.shape[:-1], _NEG_INF),  # (..., H, Tq)
@@ -117,6 +127,10 @@ def recomputing_attention(
             masks are not supported; use :func:`attnbook.attention.attention` for them.
         scale: multiplier of the scores; defaults to ``1 / sqrt(dk)``.
 
+    float16 and bfloat16 inputs are computed in float32 (their scores overflow 16 bits
+    otherwise) and the output and gradients cast back; the float32 copies of ``q, k, v`` are
+    then what the backward pass keeps.
+
     Returns:
         ``(..., H, Tq, dv)``. A query with no allowed key (``causal`` with ``Tq > Tk``, or
         ``Tk == 0``) gets a zero row, and zero gradients flow through it.
@@ -130,4 +144,8 @@ def recomputing_attention(
     block_size = require_positive_int("block_size", block_size)
     causal = require_bool("causal", causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else require_real("scale", scale)
+    work = _working_dtype(q.dtype)
+    if work != q.dtype:  # 16-bit inputs: scores and sums in float32, the output cast back
+        out = TiledAttention.apply(q.to(work), k.to(work), v.to(work), block_size, causal, scale)
+        return out.to(q.dtype)
     return TiledAttention.apply(q, k, v, block_size, causal, scale)

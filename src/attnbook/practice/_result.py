@@ -12,6 +12,8 @@ import html
 from dataclasses import dataclass
 from typing import Literal
 
+from attnbook._checks import require_bool
+
 Status = Literal["correct", "not attempted", "known mistake", "wrong"]
 
 _TITLES = {
@@ -40,6 +42,12 @@ class Result:
             ``MISTAKES[exercise]``), or None.
         message: what went wrong, on which input, and a hint; or what was checked.
         status: ``"correct"``, ``"not attempted"``, ``"known mistake"`` or ``"wrong"``.
+
+    Raises:
+        TypeError: ``exercise`` or ``message`` not a ``str``, ``passed`` not a ``bool``,
+            ``mistake`` neither a ``str`` nor None.
+        ValueError: an unknown ``status``, ``passed`` that contradicts it, or a ``mistake``
+            given without status ``"known mistake"`` (or missing with it).
     """
 
     exercise: str
@@ -47,6 +55,24 @@ class Result:
     mistake: str | None
     message: str
     status: Status
+
+    def __post_init__(self) -> None:
+        for name in ("exercise", "message"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        require_bool("passed", self.passed)
+        if self.mistake is not None and not isinstance(self.mistake, str):
+            raise TypeError(f"mistake must be a str or None, got {type(self.mistake).__name__}")
+        if self.status not in _TITLES:
+            raise ValueError(f"status must be one of {', '.join(_TITLES)}; got {self.status!r}")
+        if bool(self.passed) != (self.status in ("correct", "not attempted")):
+            raise ValueError(f"passed={self.passed} contradicts status={self.status!r}")
+        if (self.mistake is not None) != (self.status == "known mistake"):
+            raise ValueError(
+                f"mistake={self.mistake!r} needs status 'known mistake' and the reverse, "
+                f"got status={self.status!r}"
+            )
 
     @property
     def title(self) -> str:
