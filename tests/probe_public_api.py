@@ -3077,6 +3077,22 @@ def probe_practice(p: Probe) -> None:
             lambda n=name: describe(n),
             lambda r, n=name: expect(isinstance(r, str) and n in r, "no signature"),
         )
+        # The book's own solution, and each catalogued mistake's own function, must be told
+        # apart: the first passes, the second is named (the registry is the answer key).
+        exercise = practice._REGISTRY[name]
+        p.call(
+            check,
+            f"{name}: the reference",
+            lambda e=exercise: check(e.name, e.reference),
+            verdict_is(True, "correct"),
+        )
+        mistake = exercise.mistakes[0]
+        p.call(
+            check,
+            f"{name}: mistake {mistake.id}",
+            lambda e=exercise, m=mistake: check(e.name, m.wrong),
+            verdict_is(False, "known mistake", mistake.id),
+        )
     for label, name in (
         ("int", 3),
         ("None", None),
