@@ -1690,6 +1690,24 @@ def probe_gpt(p: Probe) -> None:
     ):
         p.call(TinyGPT.forward, label, fwd(ids, cache=cache), callbacks=False)
 
+    def uneven_cache():
+        cache = model.new_cache(batch=2)
+        cache.append(0, torch.zeros(2, 2, 3, 4), torch.zeros(2, 2, 3, 4))  # layer 0 only
+        return model.forward(ids, cache=cache)
+
+    p.call(
+        TinyGPT.forward, "cache whose layers hold 3 and 0", uneven_cache, rejected, callbacks=False
+    )
+    for dtype in (torch.float16, torch.bfloat16, torch.float64):
+        m = _tiny_gpt().to(dtype)
+        p.call(
+            TinyGPT.forward,
+            f"model in {dtype}",
+            lambda m=m: m.forward(ids),
+            check_tensor_result(lambda m=m: gpt_reference(m, m.embed.weight.detach()[ids]), dtype),
+            callbacks=False,
+        )
+
     x = torch.randn(2, 5, 16, generator=g)
     for label, variant in [("valid", x), *tensor_variants(x)]:
         check = None

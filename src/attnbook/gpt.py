@@ -152,7 +152,8 @@ class TinyGPT(nn.Module):
                 :class:`KVCache`, a non-bool ``return_weights``.
             ValueError: ``ids`` empty, of rank other than 2, outside ``[0, V)`` or without
                 values (``meta``); a ``cache`` of other sizes, dtype or device than the
-                model's, or without room for ``T`` more positions.
+                model's, whose layers hold different numbers of positions, or without room
+                for ``T`` more positions.
         """
         ids = require_tensor("ids", ids, rank=2, dtype="integer", shape_hint="(B, T)")
         require_values("ids", ids)
@@ -188,6 +189,11 @@ class TinyGPT(nn.Module):
                 )
             if cache.keys.device != weight.device:
                 raise ValueError(f"cache is on {cache.keys.device}, the model on {weight.device}")
+            if len(set(cache._filled)) != 1:  # appended to by hand, layer by layer
+                raise ValueError(
+                    f"cache layers hold different numbers of positions {cache._filled}; a "
+                    "forward pass needs every layer to hold the same prefix"
+                )
             if cache.length + x.shape[1] > cache.max_positions:
                 raise ValueError(
                     f"cache holds {cache.length} positions; {x.shape[1]} more exceeds "
