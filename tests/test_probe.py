@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
@@ -29,19 +30,24 @@ def _load():
 
 
 probe = _load()
-OUTCOMES = probe.run_all()
 
 
-def test_no_raw_traceback_unnamed_error_or_wrong_answer():
-    defects = [o for o in OUTCOMES if o.kind in ("unnamed", "raw", "wrong")]
-    assert not defects, probe.summary(OUTCOMES)
+@pytest.fixture(scope="module")
+def outcomes():
+    # Run once, when a test asks for it (not at import: every pytest run collects this file).
+    return probe.run_all()
 
 
-def test_every_public_function_is_probed_both_ways():
+def test_no_raw_traceback_unnamed_error_or_wrong_answer(outcomes):
+    defects = [o for o in outcomes if o.kind in ("unnamed", "raw", "wrong")]
+    assert not defects, probe.summary(outcomes)
+
+
+def test_every_public_function_is_probed_both_ways(outcomes):
     """Each public function is called at least once successfully and, if it takes arguments,
     rejected at least once."""
     kinds = {}
-    for o in OUTCOMES:
+    for o in outcomes:
         kinds.setdefault(o.function.split(".")[0], set()).add(o.kind)
     for name in probe.public_functions():
         assert name in kinds, f"{name} is never probed"
@@ -50,8 +56,8 @@ def test_every_public_function_is_probed_both_ways():
         assert "clear" in kinds[name] or not takes_arguments, f"{name} is never rejected"
 
 
-def test_the_probe_is_large_and_checks_results():
-    counts = Counter(o.kind for o in OUTCOMES)
+def test_the_probe_is_large_and_checks_results(outcomes):
+    counts = Counter(o.kind for o in outcomes)
     assert sum(counts.values()) > 1000 and counts["ok"] > 400 and counts["clear"] > 700
 
 
