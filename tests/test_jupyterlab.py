@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,15 @@ def page(lab):  # JupyterLab must be up first
         browser.close()
 
 
-def _open(page, url: str) -> None:
+def _open(page, url: str, *, reload_if_stuck: bool = False) -> None:
+    """Open the chapter; return once its widget is drawn.
+
+    ``reload_if_stuck``: jupyterlab_widgets 3.0 loads a notebook's saved widget state only
+    after the kernel answered a comm-info request, and swallows a failure there, leaving
+    "Loading widget..." for good (a reader re-runs the cell or reloads). After a reopen that
+    one symptom earns one reload, reported as a warning with the diagnosis; anything else,
+    or a second failure, fails the test.
+    """
     # Generous timeouts: `make test` runs this beside other browser tests on two cores.
     page.goto(f"{url}/lab/tree/{CHAPTER}.ipynb")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
@@ -124,12 +133,19 @@ def _open(page, url: str) -> None:
         with urllib.request.urlopen(f"{url}/api/sessions", timeout=5) as reply:
             sessions = reply.read().decode()[:600]
         console = "\n".join(page.console[-25:])
-        text = page.inner_text(".jp-NotebookPanel")[-800:]
+        text = page.inner_text(".jp-NotebookPanel")
         log = LAB_LOG[0].read_text()[-3000:] if LAB_LOG else ""
-        pytest.fail(
+        diagnosis = (
             f"no widget drawn within 120 s\nsessions: {sessions}\nconsole:\n{console}\n"
-            f"notebook panel (end):\n{text}\nLab log (end):\n{log}"
+            f"notebook panel (end):\n{text[-800:]}\nLab log (end):\n{log}"
         )
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        (SHOTS / "lab-no-widget.txt").write_text(diagnosis)
+        if reload_if_stuck and "Loading widget..." in text:
+            stuck = f"saved widgets stuck at 'Loading widget...'; reloaded once\n{diagnosis}"
+            warnings.warn(stuck, stacklevel=2)
+            return _open(page, url)
+        pytest.fail(diagnosis)
 
 
 def _command(page, menu: str, item: str) -> None:
@@ -267,7 +283,7 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     stored = json.loads(original_ipynb)
     assert _outline(saved) == _outline(stored), "Run All in Lab gave other outputs than make sync"
     _shut_down_kernel(page, url)
-    _open(page, url)
+    _open(page, url, reload_if_stuck=True)
     page.wait_for_timeout(1500)
     assert WIDGET_ERROR not in page.inner_text(".jp-NotebookPanel")
     assert json.loads(ipynb.read_text())["cells"] == saved["cells"], "reopening changed outputs"
