@@ -69,6 +69,7 @@ from attnbook import (
 )
 from attnbook import retrieval_model as model_module
 from attnbook import training_health as health
+from attnbook.masks import causal_mask
 
 NAN, INF = float("nan"), float("inf")
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -258,6 +259,38 @@ def oracle_attention(q, k, v, mask=None, scale=None):
     return out
 
 
+def oracle_causal_attention(args, causal, scale=None):
+    """:func:`oracle_attention` of ``args`` (q, k, v), with the causal mask when asked."""
+    q, k, v = args["q"], args["k"], args["v"]
+    tq, tk = q.shape[-2], k.shape[-2]
+    mask = None
+    if causal and tq and tk:
+        mask = causal_mask(tq, tk, device=q.device)
+    elif causal and tk:  # no queries: an empty mask row
+        mask = torch.ones(0, tk, dtype=torch.bool, device=q.device)
+    return oracle_attention(q, k, v, mask, scale)
+
+
+def probe_qkv_variants(p, fn, base) -> None:
+    """Call ``fn(q, k, v, block_size=3, causal=...)`` with each of q, k, v replaced by each
+    tensor variant; whenever all three are tensors, check against the causal oracle."""
+    for causal in (False, True):
+        for name in ("q", "k", "v"):
+            for label, variant in tensor_variants(base[name]):
+                args = {**base, name: variant}
+                check = None
+                if all(isinstance(x, torch.Tensor) for x in args.values()):
+                    check = check_tensor_result(
+                        lambda a=args, c=causal: oracle_causal_attention(a, c), args["q"].dtype
+                    )
+                p.call(
+                    fn,
+                    f"causal={causal} {name}: {label}",
+                    lambda a=args, c=causal: fn(**a, block_size=3, causal=c),
+                    check,
+                )
+
+
 def oracle_softmax(x, dim=-1):
     x64 = x.double()
     p = torch.softmax(x64, dim)
@@ -398,7 +431,6 @@ def probe_attention(p: Probe) -> None:
 
 
 def probe_online_softmax(p: Probe) -> None:
-    from attnbook.masks import causal_mask
     from attnbook.online_softmax import SoftmaxState, block_state, finalize, merge, tiled_attention
 
     g = torch.Generator().manual_seed(1)
@@ -408,33 +440,8 @@ def probe_online_softmax(p: Probe) -> None:
         torch.randn(2, 3, 7, 5, generator=g),
     )
     base = {"q": q, "k": k, "v": v}
-
-    def oracle(args, causal):
-        qq, kk, vv = args["q"], args["k"], args["v"]
-        tq, tk = qq.shape[-2], kk.shape[-2]
-        if causal and tq and tk:
-            mask = causal_mask(tq, tk, device=qq.device)
-        elif causal and tk:
-            mask = torch.ones(0, tk, dtype=torch.bool, device=qq.device)
-        else:
-            mask = None
-        return oracle_attention(qq, kk, vv, mask)
-
-    for causal in (False, True):
-        for name in ("q", "k", "v"):
-            for label, variant in tensor_variants(base[name]):
-                args = {**base, name: variant}
-                check = None
-                if all(isinstance(x, torch.Tensor) for x in args.values()):
-                    check = check_tensor_result(
-                        lambda a=args, c=causal: oracle(a, c), args["q"].dtype
-                    )
-                p.call(
-                    tiled_attention,
-                    f"causal={causal} {name}: {label}",
-                    lambda a=args, c=causal: tiled_attention(**a, block_size=3, causal=c),
-                    check,
-                )
+    oracle = oracle_causal_attention
+    probe_qkv_variants(p, tiled_attention, base)
     for label, value in bool_variants():
         p.call(
             tiled_attention, f"causal {label}", lambda c=value: tiled_attention(q, k, v, causal=c)
@@ -2697,7 +2704,6 @@ def score_reference(w, ls, kind):
 
 
 def probe_tiled_backward(p: Probe) -> None:
-    from attnbook.masks import causal_mask
     from attnbook.tiled_backward import TiledAttention, recomputing_attention
 
     g = torch.Generator().manual_seed(15)
@@ -2708,18 +2714,7 @@ def probe_tiled_backward(p: Probe) -> None:
     )
     base = {"q": q, "k": k, "v": v}
 
-    def mask_for(tq, tk, causal):
-        if not causal or tk == 0:
-            return None
-        if tq == 0:
-            return torch.ones(0, tk, dtype=torch.bool)
-        return causal_mask(tq, tk)
-
-    def oracle(a, causal, scale=None):
-        return oracle_attention(
-            a["q"], a["k"], a["v"], mask_for(a["q"].shape[-2], a["k"].shape[-2], causal), scale
-        )
-
+    oracle = oracle_causal_attention
     for causal in (False, True):
         p.call(
             recomputing_attention,
@@ -2727,20 +2722,7 @@ def probe_tiled_backward(p: Probe) -> None:
             lambda c=causal: recomputing_attention(q, k, v, block_size=3, causal=c),
             check_tensor_result(lambda c=causal: oracle(base, c), torch.float32),
         )
-        for name in ("q", "k", "v"):
-            for label, variant in tensor_variants(base[name]):
-                args = {**base, name: variant}
-                check = None
-                if all(isinstance(x, torch.Tensor) for x in args.values()):
-                    check = check_tensor_result(
-                        lambda a=args, c=causal: oracle(a, c), args["q"].dtype
-                    )
-                p.call(
-                    recomputing_attention,
-                    f"causal={causal} {name}: {label}",
-                    lambda a=args, c=causal: recomputing_attention(**a, block_size=3, causal=c),
-                    check,
-                )
+    probe_qkv_variants(p, recomputing_attention, base)
     p.call(
         recomputing_attention,
         "GQA (2 query heads per kv head)",
