@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
+from torch.nn.functional import scaled_dot_product_attention as sdpa
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbook.costs import block_params, kv_cache_bytes, swiglu_hidden
@@ -51,7 +52,7 @@ def reference_logits(model: TinyGPT, ids: torch.Tensor) -> torch.Tensor:
         q = _rope_half(heads(z @ blk.q.weight.T, c.heads), c.rope_base)
         k = _rope_half(heads(z @ blk.k.weight.T, c.kv_heads), c.rope_base)
         v = heads(z @ blk.v.weight.T, c.kv_heads)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        y = sdpa(q, k, v, is_causal=True, enable_gqa=True)
         x = x + y.transpose(1, 2).reshape(b, t, c.width) @ blk.o.weight.T
         z = rms(blk.norm2)(x)
         gated = F.silu(z @ blk.ffn.gate.weight.T) * (z @ blk.ffn.up.weight.T)
