@@ -86,6 +86,16 @@ def _browser(p):
     return chromium.launch(p)
 
 
+def _page_on_server(p, port: int, outside: list[str]):
+    """Once the notebook server on ``port`` answers: a browser and a page that may only talk
+    to 127.0.0.1 (what it tried elsewhere goes to ``outside``)."""
+    _wait_http(f"http://127.0.0.1:{port}/api/status")
+    browser = _browser(p)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    _block_outside(context, outside)
+    return browser, context.new_page()
+
+
 def _block_outside(context, outside: list[str]) -> None:
     def route(r):
         host = r.request.url.split("/")[2] if "://" in r.request.url else ""
@@ -313,11 +323,7 @@ def jupyterlab(p, count: int) -> tuple[dict, list[str]]:
             cmd, env=lab.environment(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
-            _wait_http(f"http://127.0.0.1:{port}/api/status")
-            browser = _browser(p)
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            _block_outside(context, outside)
-            page = context.new_page()
+            browser, page = _page_on_server(p, port, outside)
             page.goto(  # a fresh workspace: nothing restored from an earlier session
                 f"http://127.0.0.1:{port}/lab/workspaces/bench{os.getpid()}/tree/"
                 f"{scratch.name}/bench.ipynb?reset"
@@ -393,11 +399,7 @@ def classic_notebook(p, count: int) -> tuple[dict, list[str]]:
             cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=scratch
         )
         try:
-            _wait_http(f"http://127.0.0.1:{port}/api/status")
-            browser = _browser(p)
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            _block_outside(context, outside)
-            page = context.new_page()
+            browser, page = _page_on_server(p, port, outside)
             page.goto(f"http://127.0.0.1:{port}/notebooks/bench.ipynb")
             page.wait_for_function(
                 "() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel"
