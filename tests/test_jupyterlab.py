@@ -177,7 +177,7 @@ def _save(page, path: Path) -> None:
     pytest.fail(f"{path.name} was not saved")
 
 
-def _running_kernels(url: str) -> list:
+def _kernels_and_sessions(url: str) -> list:
     """The server's kernels and sessions (a session can outlive its kernel by a moment)."""
     running = []
     for api in ("kernels", "sessions"):
@@ -189,8 +189,9 @@ def _running_kernels(url: str) -> list:
 def _shut_down_kernel(page, url: str) -> None:
     """Shut the kernel down from the Kernel menu and return once the server has no kernel.
 
-    Reopening while the server is still stopping it (4 s were not enough on a loaded CI
-    machine) lets Lab attach to the dying kernel. jupyterlab_widgets 3.0 loads the notebook's
+    Reopening while the server is still stopping it (the likely cause of one CI failure,
+    which reopened 4 s after the command on a loaded machine) lets Lab attach to the dying
+    kernel. jupyterlab_widgets 3.0 loads the notebook's
     saved widget state only after the kernel answered its comm-info request, and swallows
     that failure, so the output stays at "Loading widget..." until the cell is run again.
     That is not the case this test is about: a reader reopening a notebook whose kernel is gone.
@@ -201,10 +202,10 @@ def _shut_down_kernel(page, url: str) -> None:
         if accept.count():  # Lab may ask to confirm; the dialog can come late on a busy machine
             with contextlib.suppress(PlaywrightTimeout):
                 accept.first.click(timeout=2000)
-        if not _running_kernels(url):
+        if not _kernels_and_sessions(url):
             return
         page.wait_for_timeout(200)  # not time.sleep: Playwright must keep routing requests
-    left = _running_kernels(url)
+    left = _kernels_and_sessions(url)
     pytest.fail(f"the kernel was still running 2 min after Shut Down Kernel: {left}")
 
 
