@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
+from pathlib import Path
 
 import pytest
 
 from attnbook.widgets import head_explorer
-from attnbook.widgets.head_rows import MODELS, SPEC, _stored, head_state, sample_maps
+from attnbook.widgets.head_rows import MODELS, SPEC, _stored, head_state
 
 DATA = _stored()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_stored_rows_are_causal_attention_rows():
@@ -93,23 +94,22 @@ def test_html_contains_every_control_and_the_rows():
     assert 'data-widget="head_explorer"' in page and len(page) < 60_000
 
 
-@pytest.mark.slow
 def test_stored_rows_come_from_the_chapters_training():
-    import torch
+    """Chapter 14 trains the same two configurations and compares its rows with these; its
+    stored output must say they are this run's. Strict nbval re-executes that cell in every
+    `make test` and fails if the printed gap changes, so the training is not repeated here
+    (it was, in a slow test: 12 s for what nbval already proves)."""
+    import json
 
-    from attnbook.induction_model import InductionConfig, train
+    from attnbook.induction_model import InductionConfig
 
-    torch.set_num_threads(1)
-    config = InductionConfig()
-    runs = {MODELS[0]: train(config), MODELS[1]: train(dataclasses.replace(config, layers=1))}
-    fresh = sample_maps({k: v[0] for k, v in runs.items()}, {k: v[1] for k, v in runs.items()})
-    assert fresh["tokens"] == DATA["tokens"] and fresh["length"] == DATA["length"]
-    for name in MODELS:
-        for a, b in zip(fresh["maps"][name], DATA["maps"][name], strict=True):
-            diff = max(
-                abs(x - y)
-                for la, lb in zip(a, b, strict=True)
-                for ra, rb in zip(la, lb, strict=True)
-                for x, y in zip(ra, rb, strict=True)
-            )
-            assert diff < 0.05
+    assert InductionConfig().seeds == len(DATA["maps"][MODELS[0]])
+    notebook = json.loads((ROOT / "notebooks" / "14_induction_heads.ipynb").read_text())
+    cells = [c for c in notebook["cells"] if "stored = EXPLORER.data" in "".join(c["source"])]
+    assert len(cells) == 1, "chapter 14 compares its training with the stored rows once"
+    source = "".join(cells[0]["source"])
+    assert "sample_maps(" in source and "gap < 0.05" in source
+    printed = "".join(
+        "".join(o.get("text", "")) for o in cells[0]["outputs"] if o["output_type"] == "stream"
+    )
+    assert "the stored rows are this run's (largest difference 0.000)" in printed, printed
