@@ -1,5 +1,5 @@
 """Training the tiny GPT: the schedule, the per-position loss against a direct computation,
-reproducibility, and (slow) the chapter's run on five seeds."""
+reproducibility, and (slow) the chapter's run on four more seeds."""
 
 from __future__ import annotations
 
@@ -89,18 +89,19 @@ def _chapter_run(seed: int) -> float:
 
 
 @pytest.mark.slow
-def test_the_chapter_run_beats_the_unigram_baseline_on_five_seeds():
-    """Chapter 13's run with seeds 0-4 (seed 0 is the chapter's): each ends at least 0.6 nats
-    per character under the unigram baseline on the held-out tenth of the book. Two worker
-    processes of one thread each, so the five runs take about the time of three."""
+def test_the_chapter_run_beats_the_unigram_baseline_on_four_more_seeds():
+    """Chapter 13's run with seeds 1-4: each ends at least 0.6 nats per character under the
+    unigram baseline on the held-out tenth of the book. Seed 0 is the chapter's own run, which
+    strict nbval executes and the chapter asserts (0.8 under the unigram), so it is not
+    repeated here. Two worker processes of one thread each: the four runs take about two."""
     vocab, train_ids, val_ids = _book_split()
     unigram = count_cross_entropy(train_ids, val_ids, len(vocab), order=0)
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
-        losses = list(pool.map(_chapter_run, range(5)))
+        losses = list(pool.map(_chapter_run, range(1, 5)))
     spread = max(losses) - min(losses)
     print(
-        f"unigram {unigram:.3f}; held-out losses {[round(x, 3) for x in losses]}; "
+        f"unigram {unigram:.3f}; held-out losses (seeds 1-4) {[round(x, 3) for x in losses]}; "
         f"spread {spread:.3f}"
     )
-    assert all(loss < unigram - 0.6 for loss in losses), (unigram, losses)
+    assert len(losses) == 4 and all(loss < unigram - 0.6 for loss in losses), (unigram, losses)
