@@ -16,8 +16,9 @@ ASSETS := book/_vendor/.stamp
 PORT   ?= 8000
 # The static-site build shows each widget's HTML+JavaScript face only (see attnbook.widgets).
 BOOK   := ATTNBOOK_WIDGETS=static $(BIN)/jupyter-book build . -W -n --keep-going
-NBVAL  := $(BIN)/pytest -p no:cacheprovider --nbval --nbval-current-env \
-          --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/
+NBVAL_FLAGS := -p no:cacheprovider --nbval --nbval-current-env \
+               --nbval-sanitize-with tests/nbval_sanitize.cfg
+NBVAL  := $(BIN)/pytest $(NBVAL_FLAGS) notebooks/
 
 .PHONY: book test unit notebooks lint sync lab serve pdf bench clean distclean setup browser-deps
 
@@ -81,39 +82,41 @@ lint: setup
 
 # Each chapter executes once here (strict nbval) and once more in the Colab-like runtime, a
 # second environment; the site build executes none (checked by prime_cache.py --verify).
-# The runtime test and the tests that train models (marker slow) run in the background:
-# chapters and tests use one thread, so they take the second core while the other checks
-# run. Once the site is built, the JupyterLab test and the PDF test (each drives its own
-# server and browser) also run beside the site's browser tests. Logs are printed at the end.
-# Each background job is its own process group (setsid), so a failure elsewhere stops it with
-# everything it started (kernels, the JupyterLab server, Chromium), not just its pytest.
+# Two cores, two lanes. While the unit tests, strict nbval and the site build run, a
+# background job runs the Colab-like runtime, the tests that train models (marker slow) and
+# then the JupyterLab test (it needs the chapters, not the site). Once the site is built, the
+# site's browser tests run beside a second job: the phone-width pass, the screenshots and the
+# whole-book PDF (then the link check, which reads the PDF). The lanes are sized to finish
+# together (benchmarks/RESULTS.md); chapters and tests use one thread each. Logs are printed
+# at the end. Each background job is its own process group (setsid), so a failure elsewhere
+# stops it with everything it started (kernels, the JupyterLab server, Chromium).
 RUNTIME_LOG := _build/background-tests.log
 SIDE_LOG    := _build/side-browser-tests.log
-SIDE_TESTS  := tests/test_jupyterlab.py \
+SIDE_TESTS  := tests/test_site.py::test_pages_fit_a_phone \
+               tests/test_site.py::test_screenshots_for_review \
                tests/test_site.py::test_whole_book_pdf_builds_with_sane_page_and_figure_counts \
                tests/test_site.py::test_every_internal_link_and_anchor_resolves  # after the PDF
+BROWSER     := ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -m browser
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
-	setsid $(BIN)/pytest -q -p no:cacheprovider -m "(runtime or slow) and not browser" tests/ \
-	    > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
+	setsid sh -c '$(BIN)/pytest -q -p no:cacheprovider -m "(runtime or slow) and not browser" \
+	    tests/ && $(BROWSER) tests/test_jupyterlab.py' > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
 	trap 'kill -- -$$runtime 2> /dev/null || true' EXIT; \
 	set -x; \
 	$(MAKE) --no-print-directory lint; \
-	$(BIN)/pytest -q -m "not browser and not runtime and not slow" tests/; \
-	$(NBVAL) -q; \
+	$(BIN)/pytest -q $(NBVAL_FLAGS) -m "not browser and not runtime and not slow" \
+	    tests/ notebooks/; \
 	$(MAKE) --no-print-directory book; \
 	$(BIN)/python scripts/prime_cache.py --verify; \
-	ATTNBOOK_REQUIRE_BROWSER=1 setsid $(BIN)/pytest -q -m browser $(SIDE_TESTS) \
-	    > $(SIDE_LOG) 2>&1 & side=$$!; \
+	setsid $(BROWSER) $(SIDE_TESTS) > $(SIDE_LOG) 2>&1 & side=$$!; \
 	trap 'kill -- -$$runtime -$$side 2> /dev/null || true' EXIT; \
-	ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -m browser tests/ \
-	    $(foreach t,$(SIDE_TESTS),$(if $(findstring ::,$(t)),--deselect $(t),--ignore $(t))); \
+	$(BROWSER) tests/ --ignore tests/test_jupyterlab.py $(foreach t,$(SIDE_TESTS),--deselect $(t)); \
 	set +x; \
-	echo "JupyterLab and PDF tests (log: $(SIDE_LOG)):"; \
+	echo "Phone, screenshot and PDF tests (log: $(SIDE_LOG)):"; \
 	if wait $$side; then tail -n 2 $(SIDE_LOG); else cat $(SIDE_LOG); exit 1; fi; \
-	echo "Colab-like runtime and model-training tests (log: $(RUNTIME_LOG)):"; \
-	if wait $$runtime; then tail -n 2 $(RUNTIME_LOG); else cat $(RUNTIME_LOG); exit 1; fi
+	echo "Colab-like runtime, model-training and JupyterLab tests (log: $(RUNTIME_LOG)):"; \
+	if wait $$runtime; then tail -n 4 $(RUNTIME_LOG); else cat $(RUNTIME_LOG); exit 1; fi
 
 sync: setup
 	$(BIN)/python scripts/sync_notebooks.py $(NB)
