@@ -96,7 +96,7 @@ SIDE_TESTS  := tests/test_site.py::test_pages_fit_a_phone \
                tests/test_site.py::test_screenshots_for_review \
                tests/test_site.py::test_whole_book_pdf_builds_with_sane_page_and_figure_counts \
                tests/test_site.py::test_every_internal_link_and_anchor_resolves  # after the PDF
-BROWSER     := ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -m browser
+BROWSER     := env ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -m browser
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
