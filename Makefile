@@ -101,7 +101,8 @@ test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
 	setsid sh -c '$(BIN)/pytest -q -p no:cacheprovider -m "(runtime or slow) and not browser" \
-	    tests/ && $(BROWSER) tests/test_jupyterlab.py' > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
+	    tests/; status=$$?; $(BROWSER) tests/test_jupyterlab.py && exit $$status' \
+	    > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
 	trap 'kill -- -$$runtime 2> /dev/null || true' EXIT; \
 	set -x; \
 	$(MAKE) --no-print-directory lint; \
@@ -116,7 +117,8 @@ test: setup browser-deps
 	echo "Phone, screenshot and PDF tests (log: $(SIDE_LOG)):"; \
 	if wait $$side; then tail -n 2 $(SIDE_LOG); else cat $(SIDE_LOG); exit 1; fi; \
 	echo "Colab-like runtime, model-training and JupyterLab tests (log: $(RUNTIME_LOG)):"; \
-	if wait $$runtime; then tail -n 4 $(RUNTIME_LOG); else cat $(RUNTIME_LOG); exit 1; fi
+	if wait $$runtime; then grep -E "[0-9]+ (passed|failed)" $(RUNTIME_LOG); \
+	else cat $(RUNTIME_LOG); exit 1; fi
 
 sync: setup
 	$(BIN)/python scripts/sync_notebooks.py $(NB)

@@ -9,9 +9,10 @@ machine's own and stay warm between runs; a machine with cold caches adds its do
 The goals: clean clone -> `make book` within 90 s, -> `make test` within 240 s. The script
 also reads how many chapters the site build executed (it should be none: it takes the
 stored outputs that strict nbval has just re-checked), and the CPU time the command used
-(user + system of every process it waited for: kernels, Chromium, the JupyterLab server).
-CPU seconds divided by the machine's cores is a floor under the wall time that no ordering
-of the same work can beat.
+(user + system of the processes reaped in a chain back to `make`: pytest, the kernels, the
+JupyterLab server; Chromium's helper processes only partly). CPU seconds divided by the cores
+this process may use is a floor under the wall time that no ordering of the same work can
+beat, and an understated one.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main() -> int:
         if verified:
             note += f" (verified: {verified[1]} of {verified[2]})"
         goal = GOALS[target]
-        cores = os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0))
         rows.append(
             [
                 f"make {target}",

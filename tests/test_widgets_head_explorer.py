@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -107,9 +108,25 @@ def test_stored_rows_come_from_the_chapters_training():
     notebook = json.loads((ROOT / "notebooks" / "14_induction_heads.ipynb").read_text())
     cells = [c for c in notebook["cells"] if "stored = EXPLORER.data" in "".join(c["source"])]
     assert len(cells) == 1, "chapter 14 compares its training with the stored rows once"
-    source = "".join(cells[0]["source"])
-    assert "sample_maps(" in source and "gap < 0.05" in source
+    cell = cells[0]
+    source = "".join(cell["source"])
+    for part in (
+        "sample_maps(",
+        'for name in ("two-layer", "one-layer")',
+        "strict=True",
+        'fresh["tokens"] == stored["tokens"]',
+        "gap < 0.05",
+        "{gap:.3f}",
+    ):
+        assert part in source, f"chapter 14's comparison cell lost {part!r}"
     printed = "".join(
-        "".join(o.get("text", "")) for o in cells[0]["outputs"] if o["output_type"] == "stream"
+        "".join(o.get("text", "")) for o in cell["outputs"] if o["output_type"] == "stream"
     )
-    assert "the stored rows are this run's (largest difference 0.000)" in printed, printed
+    line = "the stored rows are this run's (largest difference 0.000)"
+    assert line in printed, printed
+    # ... and nbval must compare that line: no marker on the cell, no sanitizer that hides it.
+    tags = cell.get("metadata", {}).get("tags", [])
+    assert not [t for t in tags if t.startswith("nbval")] and "NBVAL_" not in source, tags
+    sanitizers = (ROOT / "tests" / "nbval_sanitize.cfg").read_text().splitlines()
+    for pattern in (x.removeprefix("regex:").strip() for x in sanitizers if x.startswith("regex:")):
+        assert not re.search(pattern, line), f"{pattern!r} would hide the comparison"
