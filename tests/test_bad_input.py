@@ -26,6 +26,7 @@ from attnbook.diagnostics import (
 )
 from attnbook.heads import merge_heads, split_heads
 from attnbook.masks import causal_mask, padding_mask, segment_mask, sliding_window_mask
+from attnbook.measured import claim
 from attnbook.memory import peak_bytes
 from attnbook.online_softmax import SoftmaxState, block_state, finalize, merge, tiled_attention
 from attnbook.plots import heatmap, new_figure
@@ -46,6 +47,21 @@ from attnbook.training_health import (
     measure_memory,
     watch_activations,
 )
+
+
+def setup_with_seed_override(value: str):
+    """``setup`` with ``ATTNBOOK_SEED`` set to ``value`` (restored afterwards)."""
+    import os
+
+    old = os.environ.get("ATTNBOOK_SEED")
+    os.environ["ATTNBOOK_SEED"] = value
+    try:
+        return setup(0)
+    finally:
+        if old is None:
+            del os.environ["ATTNBOOK_SEED"]
+        else:
+            os.environ["ATTNBOOK_SEED"] = old
 
 
 def t(*shape, dtype=torch.float32):
@@ -326,6 +342,39 @@ CASES = [
         ValueError, r"threads must be >= 1, got 0"),
     ("setup-threads-bool", lambda: setup(0, threads=True),
         TypeError, r"threads must be an int, got True"),
+    ("setup-seed-override-text", lambda: setup_with_seed_override("twelve"),
+        ValueError, r"ATTNBOOK_SEED must be a non-negative integer, got 'twelve'"),
+    ("setup-seed-override-negative", lambda: setup_with_seed_override("-3"),
+        ValueError, r"ATTNBOOK_SEED must be a non-negative integer, got '-3'"),
+    ("setup-seed-override-huge", lambda: setup_with_seed_override(str(2**32)),
+        ValueError, r"ATTNBOOK_SEED must be <= 4294967295, got 4294967296"),
+    # measured
+    ("claim-name-empty", lambda: claim(" ", 1.0, above=0),
+        TypeError, r"name must be a non-empty string, got ' '"),
+    ("claim-name-not-str", lambda: claim(3, 1.0, above=0),
+        TypeError, r"name must be a non-empty string, got 3"),
+    ("claim-no-bound", lambda: claim("x", 1.0),
+        ValueError, r"claim 'x': give above=, below= or both"),
+    ("claim-bounds-crossed", lambda: claim("x", 1.0, above=2, below=1),
+        ValueError, r"claim 'x': above=2 must be less than below=1"),
+    ("claim-bound-nan", lambda: claim("x", 1.0, above=float("nan")),
+        ValueError, r"claim 'x': above must be a finite number, got nan"),
+    ("claim-bound-str", lambda: claim("x", 1.0, below="1"),
+        ValueError, r"claim 'x': below must be a finite number, got '1'"),
+    ("claim-bound-bool", lambda: claim("x", 1.0, below=True),
+        ValueError, r"claim 'x': below must be a finite number, got True"),
+    ("claim-value-empty-tensor", lambda: claim("x", t(0), above=0),
+        ValueError, r"claim 'x': value is an empty tensor; nothing to test"),
+    ("claim-value-empty-list", lambda: claim("x", [], above=0),
+        ValueError, r"claim 'x': value is an empty sequence; nothing to test"),
+    ("claim-value-bool", lambda: claim("x", True, above=0),
+        TypeError, r"claim 'x': value must be a number, .* got bool"),
+    ("claim-value-str", lambda: claim("x", "0.5", above=0),
+        TypeError, r"claim 'x': value must be a number, .* got str"),
+    ("claim-value-bool-tensor", lambda: claim("x", torch.ones(2, dtype=torch.bool), above=0),
+        TypeError, r"claim 'x': value must be real numbers, got torch\.bool"),
+    ("claim-value-complex", lambda: claim("x", torch.ones(2, dtype=torch.complex64), above=0),
+        TypeError, r"claim 'x': value must be real numbers, got torch\.complex64"),
     # memory
     ("peak-fn-not-callable", lambda: peak_bytes(42),
         TypeError, r"fn must be callable, got int"),

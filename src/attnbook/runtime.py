@@ -7,19 +7,52 @@ import random
 
 from attnbook._checks import require_int
 
-__all__ = ["setup"]
+__all__ = ["CPU_PATHS", "SEED_OVERRIDE", "setup"]
 
 
-def setup(seed: int = 0, *, threads: int = 1) -> None:
+SEED_OVERRIDE = "ATTNBOOK_SEED"  # environment variable: the robustness sweep's seed
+
+# CPU code paths, selected by environment variables read before torch runs its first op.
+# "declared" produced the stored outputs: every x86-64 CPU since 2013 (Haswell, Zen) can take
+# it, and it gives the same digits on AVX2 and AVX-512 machines. "no-vector" is PyTorch's own
+# kernels without SIMD, MKL's and oneDNN's most compatible paths. A machine's own "native"
+# path sets none of these (AVX-512 where the CPU has it).
+CPU_PATHS = {
+    "declared": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "no-vector": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_CBWR": "COMPATIBLE",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+    },
+    "native": {},
+}
+
+
+def setup(seed: int = 0, *, threads: int = 1) -> int:
     """Seed every generator a chapter uses, pin the CPU thread count and apply the figure style.
 
     Args:
         seed: seed for ``random``, NumPy and PyTorch, an int in ``[0, 2**32)`` (NumPy's range).
+            A chapter that trains models seeds them from the returned value.
         threads: intra-op threads for PyTorch. One thread keeps float reductions in a fixed
-            order, so printed digits match between machines and between runs (strict nbval
-            compares them), and the chapters are small enough not to miss the others.
+            order, so a run repeats digit for digit on one CPU code path, and the chapters are
+            small enough not to miss the others.
+
+    Returns:
+        The seed used: ``seed``, unless the environment variable ``ATTNBOOK_SEED`` holds an
+        integer, which replaces it. The robustness sweep (``benchmarks/sweep.py``) re-runs
+        the training chapters that way, on other seeds, to check their claims.
+
+    Raises:
+        TypeError, ValueError: ``seed`` or ``threads`` out of range, or ``ATTNBOOK_SEED`` set
+            to anything but an integer in ``[0, 2**32)``.
     """
     seed = require_int("seed", seed, minimum=0, maximum=2**32 - 1)
+    override = os.environ.get(SEED_OVERRIDE, "").strip()
+    if override:
+        if not override.isdigit():
+            raise ValueError(f"{SEED_OVERRIDE} must be a non-negative integer, got {override!r}")
+        seed = require_int(SEED_OVERRIDE, int(override), minimum=0, maximum=2**32 - 1)
     threads = require_int("threads", threads, minimum=1, maximum=2**31 - 1)  # a C int in torch
 
     import numpy as np
@@ -35,6 +68,7 @@ def setup(seed: int = 0, *, threads: int = 1) -> None:
     _inline_figures()  # first: it may reset rcParams that the book's style then sets
     use_style()
     _colab_widgets()
+    return seed
 
 
 def _inline_figures() -> None:
