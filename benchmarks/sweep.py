@@ -1,0 +1,305 @@
+"""The robustness sweep: every training chapter on 8 seeds and on every CPU code path here.
+
+A trained number is a random variable. This script re-runs each chapter that trains or samples
+models (``CHAPTERS``) top to bottom, once per seed and CPU code path (``attnbook.runtime.
+CPU_PATHS``: the declared path of the stored outputs, this machine's native one, and the
+no-vector one), collects every :func:`attnbook.measured.claim` of each run, and writes
+
+* ``benchmarks/sweep.json``: every run (seed, path, seconds, errors, claims) and a fingerprint
+  of what ran (the chapters' code cells, the package's code without docstrings, torch), and
+* ``benchmarks/SWEEP.md``: one row per claim: its chapter and code cell, the smallest and
+  largest value over the sweep, the bound, the margin left and whether it has room to spare.
+
+A bound has room to spare when it held on every run and lies at least ``Z_REQUIRED`` standard
+deviations of the runs' values from their mean (for a bound a few sweep runs sit right against,
+a new machine's run would cross it too often). ``tests/test_sweep.py`` fails when a chapter's
+claims differ from the table's, when the fingerprint no longer matches, or when a row lacks
+room; re-run the sweep after changing a training chapter or the package:
+
+    python benchmarks/sweep.py [--jobs 2] [CHAPTER ...]    (about 25 min on 2 cores for all)
+
+Naming chapters re-runs those alone; the others keep their record, each with its own
+fingerprint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime as dt
+import hashlib
+import json
+import math
+import os
+import statistics
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from chapter_runs import capability, run_chapter  # noqa: E402
+
+from attnbook.runtime import CPU_PATHS  # noqa: E402
+
+RESULT = Path(__file__).with_name("sweep.json")
+TABLE = Path(__file__).with_name("SWEEP.md")
+# chapter: (its own seed, models per run). Run r uses seed + r * models, so no model repeats.
+CHAPTERS = {
+    "05_positions_and_rope": (0, 5),
+    "11_lab_associative_retrieval": (12, 10),
+    "12_lab_diagnosing_a_run": (12, 1),
+    "13_tiny_gpt": (0, 1),
+    "14_induction_heads": (0, 5),
+}
+SEEDS = 8
+Z_REQUIRED = 3.0
+
+
+def _code_cells(chapter: str) -> list[str]:
+    import jupytext
+
+    nb = jupytext.read(ROOT / "notebooks" / f"{chapter}.md")
+    return [c.source for c in nb.cells if c.cell_type == "code"]
+
+
+def _without_docstrings(source: str) -> str:
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            body[0] = ast.Pass()
+    return ast.unparse(tree)
+
+
+def _imported(source: str) -> set[str]:
+    """The ``attnbook`` modules a piece of code imports (``attnbook.x.y`` as ``x/y``)."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%"))
+    found = set()
+    for node in ast.walk(ast.parse(code)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found |= {n for n in names if n == "attnbook" or n.startswith("attnbook.")}
+    return found
+
+
+def _module_files(chapter: str) -> list[Path]:
+    """The package files a chapter's run can reach: every ``attnbook`` module its code cells
+    import, and theirs in turn (``attnbook`` itself brings ``runtime`` and ``plots``)."""
+    package = ROOT / "src" / "attnbook"
+
+    def files(name: str) -> list[Path]:
+        parts = name.split(".")[1:]
+        base = package.joinpath(*parts)
+        return [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()]
+
+    todo = set().union(*(_imported(s) for s in _code_cells(chapter))) | {"attnbook"}
+    seen: set[Path] = set()
+    while todo:
+        for f in files(todo.pop()):
+            if f not in seen:
+                seen.add(f)
+                todo |= _imported(f.read_text())
+    return sorted(seen)
+
+
+def fingerprint(chapter: str) -> str:
+    """A hash of what one chapter's sweep depends on: its code cells; the code (not the
+    docstrings or comments) of every ``attnbook`` module it imports, directly or through
+    another, but the exercise checker (``practice/``: it grades a reader's function and trains
+    nothing); the package's data files and widget scripts; torch's version and the sweep's
+    own settings. A change anywhere else (another chapter, a module it never imports, prose)
+    leaves its sweep current."""
+    import torch
+
+    h = hashlib.sha256()
+    h.update(f"torch {torch.__version__}; seeds {SEEDS}; {sorted(CPU_PATHS)}".encode())
+    h.update(f"{chapter} {CHAPTERS[chapter]}".encode())
+    for source in _code_cells(chapter):
+        h.update(source.encode())
+    package = ROOT / "src" / "attnbook"
+    data = [
+        p for p in sorted(package.rglob("*")) if p.is_file() and p.suffix not in {".py", ".pyc"}
+    ]
+    for path in [*_module_files(chapter), *data]:
+        h.update(str(path.relative_to(package)).encode())
+        text = path.read_bytes()
+        h.update(_without_docstrings(text.decode()).encode() if path.suffix == ".py" else text)
+    return h.hexdigest()
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """One row per (chapter, claim, bound side): worst value, margin and z over the runs."""
+    rows: dict[tuple[str, str], dict] = {}
+    for run in runs:
+        for c in run["claims"]:
+            row = rows.setdefault(
+                (run["chapter"], c["name"]),
+                {
+                    "chapter": run["chapter"],
+                    "name": c["name"],
+                    "above": c["above"],
+                    "below": c["below"],
+                    "mins": [],
+                    "maxs": [],
+                    "runs": 0,
+                    "failed": 0,
+                },
+            )
+            if (row["above"], row["below"]) != (c["above"], c["below"]):
+                row["failed"] += 1  # one claim name with two bounds: never room to spare
+            row["mins"].append(c["min"])
+            row["maxs"].append(c["max"])
+            row["runs"] += 1
+            row["failed"] += not c["held"]
+    out = []
+    for row in rows.values():
+        mins, maxs = row.pop("mins"), row.pop("maxs")
+        nan = any(math.isnan(x) for x in mins + maxs)
+        row["min"] = math.nan if nan else min(mins)
+        row["max"] = math.nan if nan else max(maxs)
+        margins, zs = [], []
+        for bound, values, sign in ((row["above"], mins, 1), (row["below"], maxs, -1)):
+            if bound is None or nan:
+                continue
+            worst = min(values) if sign > 0 else max(values)
+            margins.append(sign * (worst - bound))
+            sd = statistics.pstdev(values)
+            zs.append(math.inf if sd == 0 else sign * (statistics.fmean(values) - bound) / sd)
+        row["margin"] = min(margins) if margins else math.nan
+        row["z"] = min(zs) if zs else math.nan
+        row["room"] = bool(
+            not nan and row["failed"] == 0 and row["margin"] > 0 and row["z"] >= Z_REQUIRED
+        )
+        out.append(row)
+    return sorted(out, key=lambda r: (r["chapter"], r["name"]))
+
+
+def _cell_of(chapter: str, name: str) -> int | None:
+    for i, source in enumerate(_code_cells(chapter), 1):
+        if f'"{name}"' in source:
+            return i
+    return None
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return str(x)
+    return f"{x:.4g}"
+
+
+def write_table(result: dict) -> str:
+    runs = [run for c in result["chapters"].values() for run in c["runs"]]
+    where = sorted(
+        {
+            (c["machine"], c["date"], ", ".join(f"{p} ({k})" for p, k in c["paths"].items()))
+            for c in result["chapters"].values()
+        }
+    )
+    lines = [
+        "# The robustness sweep",
+        "",
+        "Written by `python benchmarks/sweep.py` (see its docstring); checked by",
+        "`tests/test_sweep.py`. Every claim a training chapter makes about a trained or sampled",
+        f"quantity (`attnbook.measured.claim`) over every run: {result['seeds']} seeds × "
+        f"{len(CPU_PATHS)} CPU code paths per chapter. Machines, dates and paths (with what "
+        "`torch.backends.cpu.get_cpu_capability()` read on each): "
+        + "; ".join(f"{m}, {d}: {p}" for m, d, p in where)
+        + ".",
+        "A row has room to spare (`ok`) when its bound held on every run and lies at least "
+        f"{Z_REQUIRED:g} standard deviations of the runs' values from their mean (`z`).",
+        "`margin` is the distance from the worst run to the bound. `cell` counts code cells.",
+        "",
+    ]
+    header = "| chapter | cell | claim | runs | min | max | above | below | margin | z | ok |"
+    lines += [header, "|" + "---|" * 11]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['chapter'][:2]} | {_cell_of(r['chapter'], r['name'])} | {r['name']} | "
+            f"{r['runs']} | {_fmt(r['min'])} | {_fmt(r['max'])} | {_fmt(r['above'])} | "
+            f"{_fmt(r['below'])} | {_fmt(r['margin'])} | {_fmt(r['z'])} | "
+            f"{'ok' if r['room'] else '**NO**'} |"
+        )
+    errors = [
+        (run["chapter"], run["seed"], run["path"], e)
+        for run in result["runs"]
+        for e in run["errors"]
+    ]
+    lines += ["", f"Runs: {len(result['runs'])}; cell errors: {len(errors)}."]
+    lines += [f"- {c} seed {s} on {p}: cell {e['cell']}: {e['error']}" for c, s, p, e in errors]
+    seconds = {}
+    for run in runs:
+        seconds.setdefault(run["chapter"], []).append(run["seconds"])
+    lines += ["", "Seconds per run (min / median / max, two runs at once on 2 cores):", ""]
+    lines += [f"- {c}: {min(s)} / {statistics.median(s)} / {max(s)}" for c, s in seconds.items()]
+    text = "\n".join(lines) + "\n"
+    TABLE.write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapters", nargs="*", default=list(CHAPTERS))
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args()
+    from _report import machine
+
+    unknown = set(args.chapters) - set(CHAPTERS)
+    if unknown:
+        parser.error(f"not in the sweep: {sorted(unknown)}; choose from {sorted(CHAPTERS)}")
+    jobs = [
+        (chapter, CHAPTERS[chapter][0] + r * CHAPTERS[chapter][1], path)
+        for chapter in args.chapters
+        for r in range(SEEDS)
+        for path in CPU_PATHS
+    ]
+
+    def one(job):
+        chapter, seed, path = job
+        run = run_chapter(ROOT / "notebooks" / f"{chapter}.ipynb", path, seed)
+        print(
+            f"{chapter} seed {seed} {path}: {run['seconds']} s, {len(run['errors'])} errors",
+            flush=True,
+        )
+        return {"chapter": chapter, "seed": seed, "path": path} | run
+
+    prints = {chapter: fingerprint(chapter) for chapter in args.chapters}  # of what will run
+    with ThreadPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(one, jobs))
+    if any(fingerprint(c) != prints[c] for c in args.chapters):
+        sys.exit("the code changed while the sweep ran; nothing recorded: run it again")
+    # Chapters not re-run keep their record; each carries the fingerprint of what it ran.
+    old = json.loads(RESULT.read_text()) if RESULT.exists() else {"chapters": {}}
+    chapters = {c: v for c, v in old["chapters"].items() if c in CHAPTERS}
+    for chapter in args.chapters:
+        chapters[chapter] = {
+            "fingerprint": prints[chapter],
+            "seeds": [CHAPTERS[chapter][0] + r * CHAPTERS[chapter][1] for r in range(SEEDS)],
+            "paths": {p: capability(p) for p in CPU_PATHS},
+            "machine": machine(),
+            "date": str(dt.date.today()),
+            "runs": [r for r in runs if r["chapter"] == chapter],
+        }
+    everything = [run for c in chapters.values() for run in c["runs"]]
+    result = {
+        "seeds": SEEDS,
+        "chapters": dict(sorted(chapters.items())),
+        "rows": summarise(everything),
+    }
+    RESULT.write_text(json.dumps(result, indent=1) + "\n")
+    print(write_table(result))
+
+
+if __name__ == "__main__":
+    main()
