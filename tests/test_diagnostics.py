@@ -304,3 +304,77 @@ def test_isolation_fails_when_editing_another_document_turns_outputs_nan():
         return out
 
     assert not check_isolation(fn, x, ids).passed
+
+
+def _token_mean(logits, y):
+    return nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
+
+
+def test_a_check_with_nothing_to_test_says_so_and_never_passes():
+    """Each check's vacuous input: both classic loss bugs on a batch without padding, a
+    forgotten pad label with ``valid`` derived from the labels, a layer with no mask on rows
+    of one document each, the same logits twice. None may print PASS."""
+    labels = torch.randint(5, (2, 6))
+    everywhere = torch.ones(2, 6, dtype=torch.bool)
+
+    def counts_padding(logits, y):
+        per = nn.functional.cross_entropy(
+            logits.flatten(0, 1), y.flatten(), ignore_index=-100, reduction="none"
+        )
+        return per.sum() / y.numel()
+
+    for loss in (_token_mean, counts_padding):
+        result = check_loss_masking(loss, labels, everywhere, 5)
+        assert not result.passed and not result.tested and str(result).startswith("UNTESTED")
+    lengths = torch.tensor([6, 3])
+    real = torch.arange(6)[None] < lengths[:, None]  # from the lengths: the right source
+    pad_trained = labels.masked_fill(~real, 0)  # the bug: padding labelled with id 0
+    from_labels = pad_trained != -100  # the wrong source: True everywhere
+    assert not check_loss_masking(_token_mean, pad_trained, from_labels, 5).tested
+    assert not check_loss_masking(_token_mean, pad_trained, real, 5).passed  # FAIL, tested
+    assert check_loss_masking(_token_mean, labels.masked_fill(~real, -100), real, 5).passed
+
+    x = torch.randn(2, 6, 4)
+    one_each = torch.tensor([[0] * 6, [1] * 6])
+    result = check_isolation(_layer(None), x, one_each)
+    assert not result.passed and not result.tested
+    two_in_a_row = torch.tensor([[0, 0, 0, 1, 1, 1], [2] * 6])
+    failed = check_isolation(_layer(None), x, two_in_a_row)
+    assert failed.tested and not failed.passed
+
+    logits = torch.randn(1, 3, 5)
+    assert not check_cache(logits, logits).tested
+    assert check_cache(logits, logits.clone()).passed
+    with pytest.raises(ValueError, match="tested nothing"):
+        Check("x", True, "why", tested=False)
+
+
+def test_label_shift_accepts_the_shift_inside_the_loss_convention():
+    tokens = torch.randint(10, (3, 9))
+    inputs = tokens[:, :-1]
+    hf = check_label_shift(inputs, inputs.clone(), shift_in_loss=True)
+    assert hf.passed and "in the loss" in hf.name
+    assert not check_label_shift(inputs, tokens[:, 1:], shift_in_loss=True).passed  # twice
+    assert not check_label_shift(inputs, inputs.clone()).passed  # never shifted
+    with pytest.raises(TypeError, match="shift_in_loss"):
+        check_label_shift(inputs, inputs, shift_in_loss="yes")
+
+
+def test_causality_runs_a_module_in_eval_mode_and_refuses_a_random_function():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.5)
+
+        def forward(self, x):
+            return self.drop(_layer(causal_mask(x.shape[1]))(x))
+
+    block = Block().train()
+    result = check_causality(block, torch.randn(2, 6, 4))
+    assert result.passed and block.training and block.drop.training  # modes restored
+
+    def noisy(x):  # dropout outside any module
+        return nn.functional.dropout(_layer(causal_mask(x.shape[1]))(x), 0.5, training=True)
+
+    with pytest.raises(ValueError, match="different outputs for the same x"):
+        check_causality(noisy, torch.randn(2, 6, 4))

@@ -16,12 +16,15 @@ Extra shape names: ``V`` vocabulary size; ``...`` any trailing feature dims.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from attnbook._checks import (
+    require_bool,
     require_broadcastable,
     require_callable,
     require_int,
@@ -51,31 +54,76 @@ Fn = Callable[[torch.Tensor], torch.Tensor]  # (B, T, d) -> (B, T, ...)
 
 @dataclass(frozen=True)
 class Check:
-    """The outcome of one diagnostic."""
+    """The outcome of one diagnostic: PASS, FAIL, or UNTESTED.
+
+    UNTESTED means the input gave the check nothing to test (a batch without padding for
+    :func:`check_loss_masking`, rows that each hold one document for :func:`check_isolation`,
+    the same tensor twice for :func:`check_cache`), so no bug could have shown. It is never a
+    pass: ``passed`` is False, and ``detail`` says what input would test the contract.
+    """
 
     name: str  # which contract was tested
     passed: bool  # whether it held
     detail: str  # the measured evidence, one line
+    tested: bool = True  # False: the input could not have revealed a violation
+
+    def __post_init__(self) -> None:
+        if not self.tested and self.passed:
+            raise ValueError("a Check that tested nothing cannot have passed")
+
+    @property
+    def verdict(self) -> str:
+        return "UNTESTED" if not self.tested else "PASS" if self.passed else "FAIL"
 
     def __str__(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.detail}"
+        return f"{self.verdict}  {self.name}: {self.detail}"
 
 
-def check_label_shift(inputs: torch.Tensor, labels: torch.Tensor, *, ignore: int = -100) -> Check:
-    """Next-token labels must be the inputs shifted left by exactly one position.
+def _untested(name: str, why: str) -> Check:
+    return Check(name, False, why, tested=False)
+
+
+def _size(value: float, atol: float, digits: str = ".3g") -> str:
+    """A measured deviation as the detail prints it: exact zero as 0, a value within ``atol``
+    (rounding noise, whose digits vary between CPUs and builds) as that bound, else the value."""
+    if value == 0:
+        return "0"
+    if value <= atol:
+        return f"within {atol:.0e}"
+    return format(value, digits)
+
+
+def check_label_shift(
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    ignore: int = -100,
+    shift_in_loss: bool = False,
+) -> Check:
+    """Next-token labels must be the inputs shifted left by exactly one position, once.
+
+    Two conventions are correct. Either the data pipeline shifts (``labels[b, t]`` is
+    ``inputs[b, t + 1]``; the loss compares position ``t``'s logits with ``labels[b, t]``), or,
+    as Hugging Face models do, ``labels`` equal the inputs and the loss shifts them
+    (``shift_in_loss=True``). Each convention's bug is the other's correct data, so say which
+    one the loss uses.
 
     Args:
-        inputs, labels: integer ids ``(B, T)``; ``labels[b, t]`` should equal ``inputs[b, t + 1]``
-            wherever it is not ``ignore`` (the last label is the token after the window, so it
-            cannot be compared).
+        inputs, labels: integer ids ``(B, T)``. With ``shift_in_loss=False``, ``labels[b, t]``
+            should equal ``inputs[b, t + 1]`` wherever it is not ``ignore`` (the last label is
+            the token after the window, so it cannot be compared); with ``True``,
+            ``labels[b, t]`` should equal ``inputs[b, t]``.
+        ignore: the label id the loss skips.
+        shift_in_loss: whether the loss shifts the labels itself (Hugging Face's convention).
 
     Raises:
-        ValueError: besides shapes, when every comparable label (``labels[:, :-1]``) is
-            ``ignore``: there is nothing to check.
+        ValueError: besides shapes, when every comparable label is ``ignore``: there is
+            nothing to check.
     """
     inputs = require_tensor("inputs", inputs, rank=2, dtype="integer", shape_hint="(B, T)")
     labels = require_tensor("labels", labels, rank=2, dtype="integer", shape_hint="(B, T)")
     ignore = require_int("ignore", ignore)
+    shift_in_loss = require_bool("shift_in_loss", shift_in_loss)
     require_same_shape("inputs", inputs, "labels", labels)
     if inputs.shape[0] < 1 or inputs.shape[1] < 2:
         raise ValueError(f"inputs must have B >= 1 and T >= 2, got shape {tuple(inputs.shape)}")
@@ -90,6 +138,9 @@ def check_label_shift(inputs: torch.Tensor, labels: torch.Tensor, *, ignore: int
     next_ok = (labels[:, :-1] == inputs[:, 1:])[known].float().mean().item()
     same = (labels == inputs)[labels != ignore].float().mean().item()
     detail = f"labels match the next input at {next_ok:.0%}, the same input at {same:.0%}"
+    if shift_in_loss:
+        detail += " (the loss shifts them: they must match the same input)"
+        return Check("labels shifted once, in the loss", same == 1.0, detail)
     return Check("labels shifted once", next_ok == 1.0, detail)
 
 
@@ -110,9 +161,16 @@ def check_loss_masking(
     Args:
         loss_fn: the pipeline's loss, ``(B, T, V) logits, (B, T) labels -> scalar``.
         labels: ``(B, T)`` as the pipeline produces them (padding included).
-        valid: bool ``(B, T)``, True where a label should be trained on.
+        valid: bool ``(B, T)``, True where a label should be trained on. Derive it from what
+            says where the real tokens are (sequence lengths, the attention mask), **never
+            from the labels** (``labels != -100``): a pipeline that forgot to mark its padding
+            would then mark every position valid, and the check would have nothing to test.
         vocab: ``V``.
         atol: tolerance (> 0) for both interventions.
+
+    Returns:
+        PASS or FAIL; UNTESTED when ``valid`` is True everywhere: a batch without padding
+        cannot show whether padding is kept out (test on a batch with padding).
     """
     require_callable("loss_fn", loss_fn)
     labels = require_tensor("labels", labels, rank=2, dtype="integer", shape_hint="(B, T)")
@@ -124,6 +182,12 @@ def check_loss_masking(
     require_values("valid", valid)
     if not valid.any():
         raise ValueError(f"valid of shape {tuple(valid.shape)} has no True entry to train on")
+    if valid.all():
+        return _untested(
+            "padding out of the loss",
+            "valid is True everywhere: no padding to keep out, so no bug could show; test a "
+            "batch with padding, with valid taken from the lengths, not the labels",
+        )
     trained = labels[valid.to(labels.device)]
     if bool(((trained < 0) | (trained >= vocab)).any()):
         raise ValueError(
@@ -186,6 +250,37 @@ def _effect(
     return delta.flatten(2).amax(-1)  # (B, T)
 
 
+@contextmanager
+def _eval_mode(fn: object) -> Iterator[None]:
+    """Run a module (or a bound method of one) in eval mode, and restore its modes after:
+    dropout in training mode moves outputs at random, which would read as a leak."""
+    owner = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
+    if not isinstance(owner, nn.Module):
+        yield
+        return
+    modes = [(m, m.training) for m in owner.modules()]
+    owner.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def _stable_outputs(fn: Fn, x: torch.Tensor) -> torch.Tensor:
+    """``fn(x)``, refused unless a second call gives the same outputs (a stochastic ``fn``,
+    dropout in a plain function or sampling, would make any edit look like a leak)."""
+    out = _outputs(fn, x)
+    again = _outputs(fn, x)
+    same = out.shape == again.shape and bool(((out == again) | (out.isnan() & again.isnan())).all())
+    if not same:
+        raise ValueError(
+            "fn gives different outputs for the same x (dropout or sampling?): an edit could "
+            "not be told from noise; make fn deterministic (for a module: model.eval())"
+        )
+    return out
+
+
 def _require_input(fn: object, x: object, atol: object, seed: object) -> tuple[torch.Tensor, float]:
     """The arguments shared by the perturbation checks; returns ``x`` and the tolerance."""
     require_callable("fn", fn)
@@ -218,16 +313,17 @@ def check_causality(fn: Fn, x: torch.Tensor, *, atol: float | None = None, seed:
     if x.shape[1] < 2:
         raise ValueError(f"x needs T >= 2 positions to have a future, got shape {tuple(x.shape)}")
     name = "causality under future edits"
-    out = _outputs(fn, x)
-    if (why := _non_finite(out)) is not None:
-        return Check(name, False, why)
-    gen, t_len = torch.Generator().manual_seed(seed), x.shape[1]
-    leaks = []  # leaks[t]: how far output t moves when every position after t changes
-    for t in range(t_len - 1):
-        future = (torch.arange(t_len) > t).expand(x.shape[0], t_len)  # (B, T)
-        leaks.append(_effect(fn, x, out, future, gen)[:, t].max().item())
+    with _eval_mode(fn):
+        out = _stable_outputs(fn, x)
+        if (why := _non_finite(out)) is not None:
+            return Check(name, False, why)
+        gen, t_len = torch.Generator().manual_seed(seed), x.shape[1]
+        leaks = []  # leaks[t]: how far output t moves when every position after t changes
+        for t in range(t_len - 1):
+            future = (torch.arange(t_len) > t).expand(x.shape[0], t_len)  # (B, T)
+            leaks.append(_effect(fn, x, out, future, gen)[:, t].max().item())
     bad = [t for t, leak in enumerate(leaks) if not leak <= atol]
-    detail = f"max move of an earlier output {max(leaks, default=0.0):.3g}; " + (
+    detail = f"max move of an earlier output {_size(max(leaks, default=0.0), atol)}; " + (
         f"first leak: output {bad[0]} sees positions > {bad[0]}" if bad else "no leak"
     )
     return Check(name, not bad, detail)
@@ -239,22 +335,34 @@ def check_isolation(
     """Packed documents: editing the other documents must not move a document's outputs.
 
     Args:
-        fn, x, atol, seed: as in :func:`check_causality` (non-finite outputs FAIL likewise).
+        fn, x, atol, seed: as in :func:`check_causality` (non-finite outputs FAIL likewise; a
+            module runs in eval mode, and a stochastic ``fn`` is refused).
         segment_ids: integer ``(B, T)``; equal ids form one document.
+
+    Returns:
+        PASS or FAIL; UNTESTED when no row holds two documents: documents in different rows
+        never meet in attention, so a layer without any mask would pass too.
     """
     x, atol = _require_input(fn, x, atol, seed)
     ids = require_tensor("segment_ids", segment_ids, rank=2, dtype="integer", shape_hint="(B, T)")
     require_same_shape("segment_ids", ids, "x's (B, T)", x[..., 0])
     require_values("segment_ids", ids)
     name = "packed documents isolated"
-    out = _outputs(fn, x)
-    if (why := _non_finite(out)) is not None:
-        return Check(name, False, why)
-    gen, worst = torch.Generator().manual_seed(seed), 0.0
-    for s in ids.unique().tolist():
-        inside = (ids == s).to(x.device)  # (B, T)
-        worst = max(worst, _effect(fn, x, out, ~inside, gen)[inside].max().item())
-    detail = f"editing other documents moves a document's outputs by up to {worst:.3g}"
+    if not any(row.unique().numel() > 1 for row in ids):
+        return _untested(
+            name,
+            "every row holds one document, so nothing shares a row to leak from; pack two "
+            "or more documents into a row",
+        )
+    with _eval_mode(fn):
+        out = _stable_outputs(fn, x)
+        if (why := _non_finite(out)) is not None:
+            return Check(name, False, why)
+        gen, worst = torch.Generator().manual_seed(seed), 0.0
+        for s in ids.unique().tolist():
+            inside = (ids == s).to(x.device)  # (B, T)
+            worst = max(worst, _effect(fn, x, out, ~inside, gen)[inside].max().item())
+    detail = f"editing other documents moves a document's outputs by up to {_size(worst, atol)}"
     return Check(name, worst <= atol, detail)
 
 
@@ -294,7 +402,10 @@ def check_attention_rows(
     row_error = (sums - 1).abs()[live].max().item() if live.any() else 0.0
     leaked = weights.masked_fill(allowed, 0).abs().max().item()
     bad_values = int((~torch.isfinite(weights)).sum())
-    detail = f"max |row sum - 1| = {row_error:.2g}, max forbidden weight = {leaked:.2g}"
+    detail = (
+        f"max |row sum - 1| {_size(row_error, atol, '.2g')}, "
+        f"max forbidden weight {_size(leaked, 0.0, '.2g')}"
+    )
     if bad_values:
         detail += f"; {bad_values} weights are NaN or inf"
     ok = row_error <= atol and leaked == 0 and not bad_values
@@ -311,7 +422,8 @@ def check_cache(full: torch.Tensor, cached: torch.Tensor, *, atol: float | None 
 
     Returns:
         A FAIL naming the first position where the gap exceeds ``atol`` or where either side
-        holds NaN or inf (a NaN never agrees, not even with another NaN).
+        holds NaN or inf (a NaN never agrees, not even with another NaN); UNTESTED when
+        ``full`` and ``cached`` are the same tensor (nothing was compared).
     """
     full = require_tensor("full", full, rank=3, dtype="floating", shape_hint="(B, T, V)")
     cached = require_tensor("cached", cached, rank=3, dtype="floating", shape_hint="(B, T, V)")
@@ -324,12 +436,16 @@ def check_cache(full: torch.Tensor, cached: torch.Tensor, *, atol: float | None 
         if atol is None
         else require_real("atol", atol, positive=True)
     )
+    if full is cached or (
+        full.data_ptr() == cached.data_ptr() and full.stride() == cached.stride()
+    ):
+        return _untested("cached = full logits", "full and cached are the same tensor")
     finite = torch.isfinite(full) & torch.isfinite(cached)  # (B, T, V)
     gap = (full - cached).abs().masked_fill(~finite, math.inf)  # (B, T, V)
     gap = gap.flatten(2).amax(-1).amax(0)  # (T,)
     bad = (gap > atol).nonzero().flatten().tolist()
     first = f"first divergence at position {bad[0]}" if bad else "no divergence"
-    detail = f"max gap {gap.max().item():.2g}; {first}"
+    detail = f"max gap {_size(gap.max().item(), atol, '.2g')}; {first}"
     if not finite.all():
         counts = [int((~torch.isfinite(z)).sum()) for z in (full, cached)]
         detail += f" (NaN or inf: {counts[0]} in full, {counts[1]} in cached)"
