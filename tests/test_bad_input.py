@@ -17,6 +17,7 @@ from torch import nn
 from attnbook import costs
 from attnbook.attention import attention, softmax
 from attnbook.diagnostics import (
+    check_accumulation,
     check_attention_rows,
     check_cache,
     check_causality,
@@ -348,6 +349,22 @@ CASES = [
         ValueError, r"ATTNBOOK_SEED must be a non-negative integer, got '-3'"),
     ("setup-seed-override-huge", lambda: setup_with_seed_override(str(2**32)),
         ValueError, r"ATTNBOOK_SEED must be <= 4294967295, got 4294967296"),
+    # diagnostics: accumulation
+    ("accumulation-not-callable", lambda: check_accumulation(3, t(2, 3, dtype=torch.long),
+                                                             t(2, 3, dtype=torch.bool), 4, 2),
+        TypeError, r"accumulate must be callable"),
+    ("accumulation-micro-zero", lambda: check_accumulation(sum, t(2, 3, dtype=torch.long),
+                                                           t(2, 3, dtype=torch.bool), 4, 0),
+        ValueError, r"micro must be >= 1, got 0"),
+    ("accumulation-micro-above-batch", lambda: check_accumulation(
+        sum, t(2, 3, dtype=torch.long), t(2, 3, dtype=torch.bool), 4, 3),
+        ValueError, r"micro must be <= 2, got 3"),
+    ("accumulation-vocab-one", lambda: check_accumulation(sum, t(2, 3, dtype=torch.long),
+                                                          t(2, 3, dtype=torch.bool), 1, 2),
+        ValueError, r"vocab must be >= 2, got 1"),
+    ("accumulation-valid-float", lambda: check_accumulation(sum, t(2, 3, dtype=torch.long),
+                                                            t(2, 3), 4, 2),
+        TypeError, r"valid must have a bool dtype, got torch\.float32"),
     # measured
     ("claim-name-empty", lambda: claim(" ", 1.0, above=0),
         TypeError, r"name must be a non-empty string, got ' '"),

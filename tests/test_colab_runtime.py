@@ -11,8 +11,10 @@ ipywidgets-7 front end as a widget view with saved state, or the repository's co
 imported instead of the installed package.
 
 Run by ``make test`` (marker ``runtime``), in the background while the other checks run: it is
-the second environment in which each chapter executes once. It also runs them on another CPU
-code path (``ANOTHER_CPU``), as a reader's machine would be.
+the second environment in which each chapter executes once. It runs them on the no-vector CPU
+code path (``attnbook.runtime.CPU_PATHS["no-vector"]``: PyTorch's kernels without SIMD, MKL's
+and oneDNN's most compatible code), the far end from the declared path of the stored outputs;
+``tests/test_cpu_paths.py`` runs them once more on this machine's own path.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from attnbook.runtime import CPU_PATHS
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 UV = Path(sys.executable).parent / "uv"
@@ -33,14 +37,8 @@ UV = Path(sys.executable).parent / "uv"
 COLAB = ["ipywidgets==7.7.1", "ipykernel==6.30.1"]
 SHARED = ("torch", "numpy", "matplotlib", "nbclient", "nbformat", "anywidget")
 # Colab's CPUs are not this machine's, and float sums that run in another order drift over a
-# training run. The chapters run on another CPU code path: PyTorch's own kernels without
-# vectorisation, MKL and oneDNN held to AVX. A chapter that asserts a number only this
-# machine's rounding produces fails here (it did: 13 and 14 pinned trained values too tightly).
-ANOTHER_CPU = {
-    "ATEN_CPU_CAPABILITY": "default",
-    "MKL_ENABLE_INSTRUCTIONS": "AVX",
-    "ONEDNN_MAX_CPU_ISA": "AVX",
-}
+# training run. A chapter that asserts a number only one machine's rounding produces fails here.
+NO_VECTOR = CPU_PATHS["no-vector"]
 
 RUN_ALL = r"""
 import json, os, shutil, sys, tempfile
@@ -126,13 +124,17 @@ def test_every_chapter_runs_in_a_colab_like_runtime_with_no_network(tmp_path):
     result = _run(
         [*_offline_prefix(), str(python), str(run_all), *map(str, CHAPTERS)],
         cwd=work,
-        env={k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        | ANOTHER_CPU,
+        env={
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PYTHON", "VIRTUAL_ENV")) and k not in CPU_PATHS["declared"]
+        }
+        | NO_VECTOR,
     )
     report = json.loads(result.stdout.strip().splitlines()[-1])
 
     assert report["_env"]["ipywidgets"] == "7.7.1"
-    assert report["_env"]["cpu"] == "DEFAULT", "the chapters ran on another CPU code path"
+    assert report["_env"]["cpu"] == "DEFAULT", "the chapters ran on the no-vector CPU path"
     assert str(env) in report["_env"]["attnbook"], "the installed package, not the repository"
     assert set(report) - {"_env"} == {p.name for p in CHAPTERS}
     for name, chapter in sorted(report.items()):

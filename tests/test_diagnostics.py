@@ -378,3 +378,36 @@ def test_causality_runs_a_module_in_eval_mode_and_refuses_a_random_function():
 
     with pytest.raises(ValueError, match="different outputs for the same x"):
         check_causality(noisy, torch.randn(2, 6, 4))
+
+
+def test_accumulation_catches_the_mean_of_micro_batch_means():
+    from attnbook.diagnostics import check_accumulation
+
+    def token_mean(logits, y):
+        return nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
+
+    def mean_of_means(logits_list, labels_list):  # the bug: each micro-batch weighs the same
+        pairs = zip(logits_list, labels_list, strict=True)
+        return sum(token_mean(lg, y) for lg, y in pairs) / len(logits_list)
+
+    def token_weighted(logits_list, labels_list):  # the fix: divide by all valid tokens
+        total = sum(int((y != -100).sum()) for y in labels_list)
+        sums = [
+            nn.functional.cross_entropy(
+                lg.flatten(0, 1), y.flatten(), ignore_index=-100, reduction="sum"
+            )
+            for lg, y in zip(logits_list, labels_list, strict=True)
+        ]
+        return sum(sums) / total
+
+    labels = torch.randint(7, (4, 6))
+    valid = torch.arange(6)[None] < torch.tensor([6, 6, 2, 1])[:, None]
+    ignored = labels.masked_fill(~valid, -100)
+    assert check_accumulation(token_weighted, ignored, valid, 7, micro=2).passed
+    bug = check_accumulation(mean_of_means, ignored, valid, 7, micro=2)
+    assert bug.tested and not bug.passed and "[12, 3]" in bug.detail
+    even = torch.ones(4, 6, dtype=torch.bool)  # equal counts: the bug cannot show
+    assert not check_accumulation(mean_of_means, labels, even, 7, micro=2).tested
+    assert check_accumulation(token_weighted, ignored, valid, 7, micro=1).tested is False
+    with pytest.raises(ValueError, match="micro"):
+        check_accumulation(token_weighted, ignored, valid, 7, micro=5)

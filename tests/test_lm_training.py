@@ -1,18 +1,16 @@
 """Training the tiny GPT: the schedule, the per-position loss against a direct computation,
-reproducibility, and (slow) the chapter's run on four more seeds."""
+and reproducibility. Chapter 13's run on other seeds and CPU code paths is the robustness
+sweep's job (``benchmarks/sweep.py``, checked by ``tests/test_sweep.py``)."""
 
 from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attnbook.corpus import CharVocab, book_text, count_cross_entropy
 from attnbook.gpt import GPTConfig, TinyGPT
 from attnbook.lm_training import TrainConfig, position_losses, train_lm
 
@@ -69,39 +67,3 @@ def test_training_is_reproducible_and_leaves_the_global_rng_alone():
 def test_bad_recipe(kwargs, error, match):
     with pytest.raises(error, match=match):
         TrainConfig(**kwargs)
-
-
-def _book_split() -> tuple[CharVocab, torch.Tensor, torch.Tensor]:
-    """Chapter 13's data: the book's characters, the first nine tenths to train on."""
-    text = book_text()
-    vocab = CharVocab(text)
-    ids = vocab.encode(text)
-    cut = int(0.9 * len(ids))
-    return vocab, ids[:cut], ids[cut:]
-
-
-def _chapter_run(seed: int) -> float:
-    """Held-out loss of chapter 13's run (the default configs) with ``seed``."""
-    torch.set_num_threads(1)
-    vocab, train_ids, val_ids = _book_split()
-    model, _ = train_lm(GPTConfig(vocab=len(vocab)), TrainConfig(seed=seed), train_ids)
-    return position_losses(model, val_ids, stride=16).mean().item()
-
-
-@pytest.mark.slow
-def test_the_chapter_run_beats_the_unigram_baseline_on_four_more_seeds():
-    """Chapter 13's run with seeds 1-4: each ends at least 0.6 nats per character under the
-    unigram baseline on the held-out tenth of the book. Seed 0 is the chapter's own run, which
-    strict nbval executes and the chapter asserts (0.8 under the unigram), so it is not
-    repeated here. Two worker processes of one thread each: the four runs take about two."""
-    vocab, train_ids, val_ids = _book_split()
-    unigram = count_cross_entropy(train_ids, val_ids, len(vocab), order=0)
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=2, mp_context=spawn) as pool:
-        losses = list(pool.map(_chapter_run, range(1, 5)))
-    spread = max(losses) - min(losses)
-    print(
-        f"unigram {unigram:.3f}; held-out losses (seeds 1-4) {[round(x, 3) for x in losses]}; "
-        f"spread {spread:.3f}"
-    )
-    assert len(losses) == 4 and all(loss < unigram - 0.6 for loss in losses), (unigram, losses)

@@ -41,6 +41,7 @@ from attnbook.attention import _working_dtype
 
 __all__ = [
     "Check",
+    "check_accumulation",
     "check_attention_rows",
     "check_cache",
     "check_causality",
@@ -182,12 +183,6 @@ def check_loss_masking(
     require_values("valid", valid)
     if not valid.any():
         raise ValueError(f"valid of shape {tuple(valid.shape)} has no True entry to train on")
-    if valid.all():
-        return _untested(
-            "padding out of the loss",
-            "valid is True everywhere: no padding to keep out, so no bug could show; test a "
-            "batch with padding, with valid taken from the lengths, not the labels",
-        )
     trained = labels[valid.to(labels.device)]
     if bool(((trained < 0) | (trained >= vocab)).any()):
         raise ValueError(
@@ -202,6 +197,12 @@ def check_loss_masking(
     with too_large(f"vocab={vocab} for labels of shape {tuple(labels.shape)}"):
         uniform = loss(torch.zeros(*valid.shape, vocab).to(labels.device))
         logits = torch.randn(*valid.shape, vocab, generator=gen)  # (B, T, V)
+    if valid.all():  # checked after one call, so a broken loss_fn still raises
+        return _untested(
+            "padding out of the loss",
+            "valid is True everywhere: no padding to keep out, so no bug could show; test a "
+            "batch with padding, with valid taken from the lengths, not the labels",
+        )
     noisy = logits + 10 * torch.randn(logits.shape, generator=gen) * (~valid.cpu())[..., None]
     moved = abs(loss(noisy.to(labels.device)) - loss(logits.to(labels.device)))
     # Written so that a NaN loss fails: NaN <= atol is False.
@@ -211,6 +212,77 @@ def check_loss_masking(
         f"moving padded logits changes it by {moved:.4f}"
     )
     return Check("padding out of the loss", ok, detail)
+
+
+def check_accumulation(
+    accumulate: Callable[[list[torch.Tensor], list[torch.Tensor]], torch.Tensor],
+    labels: torch.Tensor,
+    valid: torch.Tensor,
+    vocab: int,
+    micro: int,
+    *,
+    atol: float = 1e-5,
+) -> Check:
+    """Gradient accumulation must weight every valid token of the whole batch alike.
+
+    A batch split into ``micro`` micro-batches (along ``B``) is accumulated by the pipeline's
+    rule, e.g. ``sum(loss_fn(l, y) for l, y in zip(...)) / micro``. Averaging per-micro-batch
+    means that way gives each micro-batch equal weight, so a token in a micro-batch with few
+    valid tokens counts for more. The intervention: logits that are right with certainty on
+    the first micro-batch's valid tokens (loss 0) and uniform elsewhere (loss ``log V``). A
+    token-weighted mean is then exactly ``log V`` times the share of valid tokens outside the
+    first micro-batch.
+
+    Args:
+        accumulate: the pipeline's accumulated loss, ``(list of (b, T, V) logits, list of
+            (b, T) labels) -> scalar``, as it would call backward on it (the sum of what each
+            micro-batch backpropagates).
+        labels: ``(B, T)`` labels as the pipeline produces them (padding as ``-100`` or however
+            its loss skips it); valid: bool ``(B, T)``, from the lengths, not the labels.
+        vocab: ``V``. micro: the number of micro-batches, ``1 <= micro <= B``; ``B`` is split
+            as ``torch.tensor_split`` does.
+        atol: tolerance (> 0).
+
+    Returns:
+        PASS or FAIL; UNTESTED when every micro-batch holds the same number of valid tokens
+        (equal weights are then right by accident, so the bug cannot show) or when the first
+        micro-batch or the rest holds none.
+    """
+    require_callable("accumulate", accumulate)
+    labels = require_tensor("labels", labels, rank=2, dtype="integer", shape_hint="(B, T)")
+    valid = require_tensor("valid", valid, rank=2, dtype="bool", shape_hint="(B, T)")
+    vocab = require_int("vocab", vocab, minimum=2, maximum=2**62)
+    require_same_shape("labels", labels, "valid", valid)
+    micro = require_int("micro", micro, minimum=1, maximum=max(labels.shape[0], 1))
+    atol = require_real("atol", atol, positive=True)
+    require_values("labels", labels)
+    require_values("valid", valid)
+    name = "accumulation weights tokens alike"
+    trained = labels[valid]
+    if bool(((trained < 0) | (trained >= vocab)).any()):
+        raise ValueError(f"labels where valid is True must lie in [0, vocab={vocab})")
+    chunks = list(zip(labels.tensor_split(micro), valid.tensor_split(micro), strict=True))
+    counts = [int(v.sum()) for _, v in chunks]
+    if len(set(counts)) == 1 or counts[0] == 0 or sum(counts[1:]) == 0:
+        return _untested(
+            name,
+            f"valid tokens per micro-batch {counts}: equal (or empty) counts cannot show a "
+            "reweighting; use micro-batches with different numbers of valid tokens",
+        )
+    with too_large(f"vocab={vocab} for labels of shape {tuple(labels.shape)}"):
+        logits = [torch.zeros(*y.shape, vocab) for y, _ in chunks]
+    first_labels, first_valid = chunks[0]
+    rows, cols = first_valid.nonzero(as_tuple=True)
+    logits[0][rows, cols] = -1e4  # certain of the label: loss exactly 0 there
+    logits[0][rows, cols, first_labels[rows, cols]] = 1e4
+    got = require_scalar("accumulate(logits, labels)", accumulate(logits, [y for y, _ in chunks]))
+    expected = math.log(vocab) * sum(counts[1:]) / sum(counts)
+    ok = abs(got.item() - expected) <= atol  # NaN fails
+    detail = (
+        f"valid tokens per micro-batch {counts}; accumulated loss {got.item():.4f}, "
+        f"token-weighted mean {expected:.4f}"
+    )
+    return Check(name, ok, detail)
 
 
 def _outputs(fn: Fn, x: torch.Tensor) -> torch.Tensor:

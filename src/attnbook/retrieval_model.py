@@ -27,8 +27,10 @@ __all__ = [
     "TinyRetriever",
     "final_logits",
     "intervention_accuracy",
+    "key_swap_accuracy",
     "no_context_accuracy",
     "score",
+    "specificity",
     "train",
 ]
 
@@ -148,6 +150,78 @@ def intervention_accuracy(model: TinyRetriever, data: RetrievalData, shift: int 
     values[torch.arange(len(data)), data.evidence] = new_answers
     edited = RetrievalData(data.keys, values, new_answers, data.evidence)
     return score(model, edited)[1]
+
+
+def _other_record(data: RetrievalData) -> torch.Tensor:
+    """For each row, the first context record after the evidence (cyclically) whose value
+    differs from the answer (``-1`` where every record holds the answer's value)."""
+    n, r = data.keys.shape[0], data.keys.shape[1] - 1
+    steps = torch.arange(1, r)  # (R - 1,) offsets from the evidence
+    candidates = (data.evidence[:, None] + steps) % r  # (N, R - 1)
+    values = data.values.gather(1, candidates)  # (N, R - 1)
+    ok = values != data.answers[:, None]
+    first = ok.float().argmax(1)  # (N,)
+    picked = candidates[torch.arange(n), first]
+    return torch.where(ok.any(1), picked, torch.full_like(picked, -1))
+
+
+def key_swap_accuracy(model: TinyRetriever, data: RetrievalData) -> float:
+    """Point the query at another record: replace the query key by the key of a context record
+    that holds a different value; how often does the prediction follow to that value?
+
+    A model that reads the record the query key names scores high; one that ignores the key
+    (a shortcut on positions or value counts, or an untrained model) scores near chance.
+    Rows whose records all hold the answer's value are skipped.
+
+    Raises:
+        ValueError: besides the model and data checks, no row has a record with another value
+            (nothing to test).
+    """
+    _require_model_and_data(model, data)
+    if data.keys.shape[1] < 3:
+        raise ValueError(f"data needs at least 2 context records per row, got {data.keys.shape}")
+    other = _other_record(data)  # (N,)
+    rows = (other >= 0).nonzero().flatten()
+    if len(rows) == 0:
+        raise ValueError("no row has a context record whose value differs from the answer")
+    keys, j = data.keys[rows].clone(), other[rows]
+    keys[:, -1] = keys[torch.arange(len(rows)), j]  # the query now names record j
+    answers = data.values[rows, j]
+    swapped = RetrievalData(keys, data.values[rows], answers, j)
+    return score(model, swapped)[1]
+
+
+def specificity(model: TinyRetriever, data: RetrievalData, shift: int = 1) -> float:
+    """Rewrite the value of one record that does *not* match the query (to ``(v + shift) %
+    V``, skipping the answer's value); how often does the prediction stay what it was?
+
+    A model that reads only the matching record keeps its prediction (1.0); one that mixes the
+    context's values moves. The new value is the first of ``v + shift``, ``v + shift + 1``,
+    ... (mod ``V``) that is neither ``v`` nor the answer. ``shift`` must not be a multiple of
+    ``V``, and ``V >= 3``.
+    """
+    _require_model_and_data(model, data)
+    vocab = model.head.out_features
+    if require_int("shift", shift) % vocab == 0:
+        raise ValueError(f"shift={shift} is a multiple of V={vocab}, so the edit changes nothing")
+    if data.keys.shape[1] < 3:
+        raise ValueError(f"data needs at least 2 context records per row, got {data.keys.shape}")
+    if vocab < 3:
+        raise ValueError(f"specificity needs V >= 3 values (old, answer and a third), got {vocab}")
+    n, r = data.keys.shape[0], data.keys.shape[1] - 1
+    j = (data.evidence + 1) % r  # (N,) a record that does not match
+    rows = torch.arange(n)
+    old = data.values[rows, j]
+    new = torch.full_like(old, -1)
+    for k in range(shift, shift + 3):  # three tries: at most two values are ruled out
+        trial = (old + k) % vocab
+        new = torch.where((new < 0) & (trial != old) & (trial != data.answers), trial, new)
+    values = data.values.clone()
+    values[rows, j] = new
+    with torch.no_grad():
+        before = final_logits(model, data).argmax(-1)
+        after = model(data.keys, values)[0][:, -1].argmax(-1)
+    return (before == after).float().mean().item()
 
 
 def train(config: RetrievalConfig, data: RetrievalData) -> tuple[TinyRetriever, list[float], float]:
