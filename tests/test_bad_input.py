@@ -41,7 +41,7 @@ from attnbook.retrieval_model import (
     train,
 )
 from attnbook.rope import apply_rope, rope_angles, rope_frequencies
-from attnbook.runtime import setup
+from attnbook.runtime import setup, training_seed
 from attnbook.training_health import (
     attention_entropy,
     grad_norm,
@@ -343,6 +343,8 @@ CASES = [
         ValueError, r"threads must be >= 1, got 0"),
     ("setup-threads-bool", lambda: setup(0, threads=True),
         TypeError, r"threads must be an int, got True"),
+    ("training-seed-float", lambda: training_seed(1.5),
+        TypeError, r"default must be an int, got 1\.5"),
     ("setup-seed-override-text", lambda: setup_with_seed_override("twelve"),
         ValueError, r"ATTNBOOK_SEED must be a non-negative integer, got 'twelve'"),
     ("setup-seed-override-negative", lambda: setup_with_seed_override("-3"),

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from attnbook.measured import CLAIMS_LOG, claim
-from attnbook.runtime import SEED_OVERRIDE, setup
+from attnbook.runtime import SEED_OVERRIDE, setup, training_seed
 
 
 def test_a_claim_inside_its_bounds_passes_and_outside_fails():
@@ -59,13 +59,17 @@ def test_under_the_sweep_claims_are_recorded_not_raised(tmp_path, monkeypatch):
     assert (records[1]["above"], records[1]["below"]) == (0.4, 1.0)
 
 
-def test_setup_returns_its_seed_unless_the_sweep_overrides_it(monkeypatch):
+def test_the_training_seed_is_the_chapters_unless_the_sweep_overrides_it(monkeypatch):
     monkeypatch.delenv(SEED_OVERRIDE, raising=False)
-    assert setup(12) == 12
+    assert training_seed(12) == 12 and setup(12) is None
     first = torch.rand(3)
     monkeypatch.setenv(SEED_OVERRIDE, "7")
-    assert setup(12) == 7
+    assert training_seed(12) == 7
+    setup(12)
     assert not torch.equal(torch.rand(3), first)  # the global generators follow the override
-    assert setup(7) == 7
+    setup(7)
+    second = torch.rand(3)
+    setup(0)
+    assert torch.equal(torch.rand(3), second)  # under the override every seed is 7
     monkeypatch.setenv(SEED_OVERRIDE, "")
-    assert setup(3) == 3  # empty: no override
+    assert training_seed(3) == 3  # empty: no override

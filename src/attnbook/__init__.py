@@ -35,6 +35,6 @@ Nothing is imported eagerly here so that ``import attnbook`` stays cheap.
 
 __version__ = "0.1.0"
 
-from attnbook.runtime import setup
+from attnbook.runtime import setup, training_seed
 
-__all__ = ["__version__", "setup"]
+__all__ = ["__version__", "setup", "training_seed"]

@@ -7,11 +7,17 @@ followed the previous occurrence of the current token, at position ``t - L + 1``
 length ``L`` varies between sequences, so the position of the answer is not fixed and a model
 has to find it by matching tokens.
 
-Two scores summarise an attention pattern (Olsson et al., 2022):
+Olsson et al. (2022) define an induction head by two properties, and this module measures
+both, with one more pattern score that names the first head of the circuit:
 
-* the *previous-token score*: mean weight on key ``t - 1`` over the real queries ``t >= 1``;
-* the *induction score*: mean weight on key ``t - L + 1`` (the token after the previous
-  occurrence of the query's token) over the queries of the repeated half, ``L <= t <= 2L - 1``.
+* *prefix matching*, here the *induction score*: mean weight on key ``t - L + 1`` (the token
+  after the previous occurrence of the query's token) over the queries of the repeated half,
+  ``L <= t <= 2L - 1``;
+* *copying*: the head's OV circuit through the embedding and the unembedding raises the logit
+  of the token it attends to (:func:`copying_score`, the eigenvalue measure of Elhage et al.,
+  2021);
+* the *previous-token score* (not one of Olsson et al.'s criteria): mean weight on key
+  ``t - 1`` over the real queries ``t >= 1``.
 
 The model that learns them and its training live in :mod:`attnbook.induction_model`.
 
@@ -32,6 +38,7 @@ from attnbook._checks import (
 )
 
 __all__ = [
+    "copying_score",
     "induction_score",
     "make_repeats",
     "previous_token_score",
@@ -197,3 +204,37 @@ def induction_score(weights: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
     position = torch.arange(t, device=lengths.device)  # (T,)
     keep = (position >= lengths[:, None]) & (position <= 2 * lengths[:, None] - 1)  # (N, T)
     return _mean_on_key(weights, position - lengths[:, None] + 1, keep)
+
+
+def copying_score(ov: torch.Tensor) -> torch.Tensor:
+    """How much a head's OV circuit copies: ``sum(eigenvalues) / sum(|eigenvalues|)``.
+
+    ``ov`` is the head's full OV circuit read in token space, ``W_E W_V W_O W_U`` (the logit
+    change of every output token when the head attends to every input token). Its eigenvalues
+    are complex in general; their sum is the (real) trace. The score is 1 when every
+    eigenvalue is positive (attending to a token raises that token's logit: copying), -1 when
+    every one is negative (anti-copying: the attended token is suppressed), near 0 for no
+    preference. This is the measure Elhage et al. (2021) use for copying heads.
+
+    Args:
+        ov: real ``(..., V, V)``; computed in float64.
+
+    Returns:
+        ``(...)`` in ``[-1, 1]``, float64.
+
+    Raises:
+        TypeError, ValueError: ``ov`` not a real floating tensor of rank >= 2 with equal last
+            two dimensions, empty, non-finite, or all zeros (no eigenvalue to weigh).
+    """
+    ov = require_tensor("ov", ov, min_rank=2, dtype="floating", shape_hint="(..., V, V)")
+    if ov.shape[-1] != ov.shape[-2] or ov.shape[-1] == 0:
+        raise ValueError(f"ov must be square (..., V, V) with V >= 1, got {tuple(ov.shape)}")
+    require_values("ov", ov)
+    ov = ov.detach().to(torch.float64)
+    if not torch.isfinite(ov).all():
+        raise ValueError("ov holds NaN or inf")
+    eig = torch.linalg.eigvals(ov)  # (..., V) complex
+    size = eig.abs().sum(-1)
+    if (size == 0).any():
+        raise ValueError("ov is all zeros somewhere: no eigenvalue to weigh")
+    return eig.real.sum(-1) / size

@@ -7,7 +7,7 @@ import random
 
 from attnbook._checks import require_int
 
-__all__ = ["CPU_PATHS", "SEED_OVERRIDE", "setup"]
+__all__ = ["CPU_PATHS", "SEED_OVERRIDE", "setup", "training_seed"]
 
 
 SEED_OVERRIDE = "ATTNBOOK_SEED"  # environment variable: the robustness sweep's seed
@@ -28,31 +28,41 @@ CPU_PATHS = {
 }
 
 
-def setup(seed: int = 0, *, threads: int = 1) -> int:
+def training_seed(default: int) -> int:
+    """The seed a chapter trains its models from: ``default``, unless the environment
+    variable ``ATTNBOOK_SEED`` holds an integer, which replaces it. The robustness sweep
+    (``benchmarks/sweep.py``) re-runs the training chapters that way, on other seeds, to check
+    their claims; :func:`setup` honours the same variable for the global generators.
+
+    Raises:
+        TypeError, ValueError: ``default`` not an int in ``[0, 2**32)``, or ``ATTNBOOK_SEED``
+            set to anything but an integer in that range.
+    """
+    default = require_int("default", default, minimum=0, maximum=2**32 - 1)
+    override = os.environ.get(SEED_OVERRIDE, "").strip()
+    if not override:
+        return default
+    if not override.isdigit():
+        raise ValueError(f"{SEED_OVERRIDE} must be a non-negative integer, got {override!r}")
+    return require_int(SEED_OVERRIDE, int(override), minimum=0, maximum=2**32 - 1)
+
+
+def setup(seed: int = 0, *, threads: int = 1) -> None:
     """Seed every generator a chapter uses, pin the CPU thread count and apply the figure style.
 
     Args:
         seed: seed for ``random``, NumPy and PyTorch, an int in ``[0, 2**32)`` (NumPy's range).
-            A chapter that trains models seeds them from the returned value.
+            ``ATTNBOOK_SEED``, when set (by the robustness sweep), replaces it, as in
+            :func:`training_seed`.
         threads: intra-op threads for PyTorch. One thread keeps float reductions in a fixed
             order, so a run repeats digit for digit on one CPU code path, and the chapters are
             small enough not to miss the others.
-
-    Returns:
-        The seed used: ``seed``, unless the environment variable ``ATTNBOOK_SEED`` holds an
-        integer, which replaces it. The robustness sweep (``benchmarks/sweep.py``) re-runs
-        the training chapters that way, on other seeds, to check their claims.
 
     Raises:
         TypeError, ValueError: ``seed`` or ``threads`` out of range, or ``ATTNBOOK_SEED`` set
             to anything but an integer in ``[0, 2**32)``.
     """
-    seed = require_int("seed", seed, minimum=0, maximum=2**32 - 1)
-    override = os.environ.get(SEED_OVERRIDE, "").strip()
-    if override:
-        if not override.isdigit():
-            raise ValueError(f"{SEED_OVERRIDE} must be a non-negative integer, got {override!r}")
-        seed = require_int(SEED_OVERRIDE, int(override), minimum=0, maximum=2**32 - 1)
+    seed = training_seed(require_int("seed", seed, minimum=0, maximum=2**32 - 1))
     threads = require_int("threads", threads, minimum=1, maximum=2**31 - 1)  # a C int in torch
 
     import numpy as np
@@ -68,7 +78,6 @@ def setup(seed: int = 0, *, threads: int = 1) -> int:
     _inline_figures()  # first: it may reset rcParams that the book's style then sets
     use_style()
     _colab_widgets()
-    return seed
 
 
 def _inline_figures() -> None:
