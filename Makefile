@@ -6,6 +6,7 @@
 #   make pdf    the whole book as one PDF (_build/html/attention-and-transformers.pdf)
 #   make sync   .md -> .ipynb, re-executed in a fresh kernel (after editing a chapter)
 #   make bench  benchmarks/ (timings printed as ratios; see benchmarks/RESULTS.md)
+#   make sweep  the robustness sweep: training chapters on 8 seeds x every CPU path (~25 min)
 #   make clean  remove builds and caches (keeps .venv; `make distclean` removes it too)
 
 PYTHON ?= python3
@@ -14,13 +15,23 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ASSETS := book/_vendor/.stamp
 PORT   ?= 8000
+# The CPU code path of the stored outputs (attnbook.runtime.CPU_PATHS["declared"]): PyTorch's
+# AVX2 kernels, MKL and oneDNN held to AVX2. Every x86-64 CPU since 2013 can take it, and an
+# AVX-512 machine then rounds as an AVX2 one does, so strict nbval compares the same digits on
+# every machine. Set for every kernel that writes or checks stored outputs (make sync does it
+# itself); tests/test_cpu_paths.py checks that this line and the package agree.
+DECLARED_CPU := ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+NBVAL_ENV := env $(DECLARED_CPU)
 # The static-site build shows each widget's HTML+JavaScript face only (see attnbook.widgets).
-BOOK   := ATTNBOOK_WIDGETS=static $(BIN)/jupyter-book build . -W -n --keep-going
-NBVAL_FLAGS := -p no:cacheprovider --nbval --nbval-current-env \
-               --nbval-sanitize-with tests/nbval_sanitize.cfg
-NBVAL  := $(BIN)/pytest $(NBVAL_FLAGS) notebooks/
+BOOK   := env $(DECLARED_CPU) ATTNBOOK_WIDGETS=static $(BIN)/jupyter-book build . -W -n --keep-going
+# Strict (--nbval) where this CPU can take the declared path; on one without AVX2 the outputs
+# cannot be reproduced, and nbval runs the chapters without comparing them (--nbval-lax), saying so.
+NBVAL_MODE  = $$($(BIN)/python scripts/chapter_runs.py nbval-mode)
+NBVAL_FLAGS = -p no:cacheprovider $(NBVAL_MODE) --nbval-current-env \
+              --nbval-sanitize-with tests/nbval_sanitize.cfg
+NBVAL  = $(NBVAL_ENV) $(BIN)/pytest $(NBVAL_FLAGS) notebooks/
 
-.PHONY: book test unit notebooks lint sync lab serve pdf bench clean distclean setup browser-deps
+.PHONY: book test unit notebooks lint sync lab serve pdf bench sweep clean distclean setup browser-deps
 
 setup: $(STAMP) $(ASSETS)
 
@@ -106,7 +117,7 @@ test: setup browser-deps
 	trap 'kill -- -$$runtime 2> /dev/null || true' EXIT; \
 	set -x; \
 	$(MAKE) --no-print-directory lint; \
-	$(BIN)/pytest -q $(NBVAL_FLAGS) -m "not browser and not runtime and not slow" \
+	$(NBVAL_ENV) $(BIN)/pytest -q $(NBVAL_FLAGS) -m "not browser and not runtime and not slow" \
 	    tests/ notebooks/; \
 	$(MAKE) --no-print-directory book; \
 	$(BIN)/python scripts/prime_cache.py --verify; \
@@ -142,6 +153,11 @@ bench: setup
 	$(BIN)/python benchmarks/tiled_attention.py --write
 	$(BIN)/python benchmarks/labs_vs_source.py --write
 	$(BIN)/python benchmarks/clean_clone.py --write
+
+# Every claim of the training chapters on 8 seeds and every CPU code path this machine offers;
+# writes benchmarks/sweep.json and benchmarks/SWEEP.md, which tests/test_sweep.py checks.
+sweep: setup
+	$(BIN)/python benchmarks/sweep.py
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache .hypothesis dist build src/*.egg-info

@@ -10,6 +10,10 @@ the published site), then it is executed top to bottom in a fresh kernel (execut
 1, 2, 3, ...) without timing metadata. It is not a jupytext pair of the .md (the markdown
 differs), so saving it in JupyterLab never rewrites the .md.
 
+The kernel runs on the declared CPU code path (``attnbook.runtime.CPU_PATHS["declared"]``),
+the one strict nbval compares against on every machine; the script refuses to write outputs
+from a machine that cannot take that path, since nbval would then fail everywhere else.
+
 Widget views are not stored: a view needs its model, and JupyterLab saves only the models
 of a running kernel, so a stored view would show "Error displaying widget: model not found"
 after any open-and-save. The stored output keeps each widget's HTML + JavaScript face, which
@@ -21,6 +25,7 @@ writes it for a notebook with no live widgets, so opening and saving changes no 
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,6 +35,7 @@ import nbformat
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from chapter_runs import capability, path_env
 from portable import Portable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,6 +96,15 @@ def canonical(md: Path) -> None:
 
 
 def main(paths: list[str]) -> int:
+    if (found := capability("declared")) != "AVX2":
+        print(
+            f"the declared CPU path reads {found} here, not AVX2: stored outputs must come "
+            "from a machine with AVX2",
+            file=sys.stderr,
+        )
+        return 1
+    os.environ.clear()
+    os.environ.update(path_env("declared"))  # the kernels inherit it
     sources = [Path(p) for p in paths] or sorted((ROOT / "notebooks").glob("*.md"))
     for md in sources:
         start = time.perf_counter()

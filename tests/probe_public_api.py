@@ -33,11 +33,16 @@ for a terabyte); those fail inside torch's allocator, not in ``attnbook``.
 from __future__ import annotations
 
 import inspect
+import json
 import math
+import os
+import random
 import re
+import tempfile
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +62,7 @@ from attnbook import (
     kv_cache,
     lm_training,
     masks,
+    measured,
     norm,
     online_softmax,
     plots,
@@ -64,6 +70,7 @@ from attnbook import (
     retrieval,
     retrieval_seeds,
     rope,
+    runtime,
     sampling,
     tiled_backward,
 )
@@ -1042,6 +1049,220 @@ def probe_diagnostics(p: Probe) -> None:
         )
 
 
+def verdict_word(word: str):
+    """The check's verdict is exactly ``word``: PASS, FAIL or UNTESTED (never a pass)."""
+
+    def check(result):
+        expect(result.verdict == word, f"{result.verdict} where {word} is right: {result}")
+        expect(result.tested is (word != "UNTESTED"), f"tested={result.tested}: {result}")
+
+    return check
+
+
+def probe_accumulation(p: Probe) -> None:
+    import torch.nn.functional as F
+
+    from attnbook.diagnostics import check_accumulation
+
+    g = torch.Generator().manual_seed(21)
+    valid = torch.ones(4, 6, dtype=torch.bool)
+    valid[2, 2:] = False  # micro=2: 12 and 6 valid tokens; micro=4: 6, 6, 2, 4
+    valid[3, 4:] = False
+    labels = torch.randint(7, (4, 6), generator=g).masked_fill(~valid, -100)
+
+    def token_sums(logits, labels, ignore=-100):
+        return [
+            F.cross_entropy(
+                lg.flatten(0, 1), y.flatten().long(), ignore_index=ignore, reduction="sum"
+            )
+            for lg, y in zip(logits, labels, strict=True)
+        ]
+
+    def weighted(logits, labels):  # the fix: every valid token of the whole batch alike
+        total = sum(int((y != -100).sum()) for y in labels)
+        return sum(token_sums(logits, labels)) / total
+
+    def scaled_per_micro(logits, labels):  # Hugging Face style: loss_i * n_i / N, summed
+        counts = [int((y != -100).sum()) for y in labels]
+        means = [s / max(n, 1) for s, n in zip(token_sums(logits, labels), counts, strict=True)]
+        return sum(m * n / sum(counts) for m, n in zip(means, counts, strict=True))
+
+    def whole_batch(logits, labels):  # no accumulation at all: one mean over the batch
+        lg, y = torch.cat(logits), torch.cat(labels)
+        return F.cross_entropy(lg.flatten(0, 1), y.flatten().long(), ignore_index=-100)
+
+    def mean_of_means(logits, labels):  # the bug: each micro-batch weighs 1 / micro
+        means = [
+            F.cross_entropy(lg.flatten(0, 1), y.flatten().long(), ignore_index=-100)
+            for lg, y in zip(logits, labels, strict=True)
+        ]
+        return sum(means) / len(means)
+
+    def unnormalised(logits, labels):  # the sum of token losses, never divided
+        return sum(token_sums(logits, labels))
+
+    def padding_counted(logits, labels):  # padding labelled 0 and scored like a token
+        return whole_batch(logits, [y.clamp_min(0) for y in labels])
+
+    def nan_loss(logits, labels):
+        return weighted(logits, labels) * NAN
+
+    for micro in (2, 3, 4):
+        for fn, word in (
+            (weighted, "PASS"),
+            (scaled_per_micro, "PASS"),
+            (whole_batch, "PASS"),
+            (mean_of_means, "FAIL"),
+            (unnormalised, "FAIL"),
+            (padding_counted, "FAIL"),
+            (nan_loss, "FAIL"),
+        ):
+            p.call(
+                check_accumulation,
+                f"{fn.__name__}, micro={micro}",
+                lambda f=fn, m=micro: check_accumulation(f, labels, valid, 7, m),
+                verdict_word(word),
+            )
+    other_pad = labels.masked_fill(~valid, -1)
+    p.call(
+        check_accumulation,
+        "padding as -1, skipped by the loss",
+        lambda: check_accumulation(
+            lambda lg, y: sum(token_sums(lg, y, ignore=-1)) / int(valid.sum()),
+            other_pad,
+            valid,
+            7,
+            2,
+        ),
+        verdict_word("PASS"),
+    )
+    even = torch.ones(4, 6, dtype=torch.bool)
+    even[1, 3:] = even[3, 3:] = False  # micro=2: 9 and 9 valid tokens
+    even_labels = labels.masked_fill(~even, -100).masked_fill(even & (labels < 0), 0)
+    for fn in (weighted, mean_of_means):
+        p.call(
+            check_accumulation,
+            f"{fn.__name__}, equal counts per micro-batch",
+            lambda f=fn: check_accumulation(f, even_labels, even, 7, 2),
+            verdict_word("UNTESTED"),
+        )
+    p.call(
+        check_accumulation,
+        "micro=1",
+        lambda: check_accumulation(mean_of_means, labels, valid, 7, 1),
+        verdict_word("UNTESTED"),
+    )
+    first_empty = valid.clone()
+    first_empty[:2] = False
+    p.call(
+        check_accumulation,
+        "first micro-batch has no valid token",
+        lambda: check_accumulation(
+            weighted, labels.masked_fill(~first_empty, -100), first_empty, 7, 2
+        ),
+        verdict_word("UNTESTED"),
+    )
+    rest_empty = valid.clone()
+    rest_empty[2:] = False
+    p.call(
+        check_accumulation,
+        "only the first micro-batch has valid tokens",
+        lambda: check_accumulation(
+            weighted, labels.masked_fill(~rest_empty, -100), rest_empty, 7, 2
+        ),
+        verdict_word("UNTESTED"),
+    )
+    p.call(
+        check_accumulation,
+        "labels int32",
+        lambda: check_accumulation(weighted, labels.int(), valid, 7, 2),
+        verdict_word("PASS"),
+    )
+    p.call(
+        check_accumulation,
+        "vocab larger than used",
+        lambda: check_accumulation(mean_of_means, labels, valid, 50, 2),
+        verdict_word("FAIL"),
+    )
+
+    for label, variant in tensor_variants(labels):
+        check = None
+        if isinstance(variant, torch.Tensor) and label == "non-contiguous":
+            check = verdict_word("PASS")
+        p.call(
+            check_accumulation,
+            f"labels: {label}",
+            lambda v=variant: check_accumulation(weighted, v, valid, 7, 2),
+            check,
+        )
+    for label, variant in tensor_variants(valid):
+        check = None
+        if isinstance(variant, torch.Tensor) and label == "non-contiguous":
+            check = verdict_word("PASS")
+        p.call(
+            check_accumulation,
+            f"valid: {label}",
+            lambda v=variant: check_accumulation(weighted, labels, v, 7, 2),
+            check,
+        )
+    for label, value in number_variants(7):
+        check = verdict_word("PASS") if label == "numpy int" else None
+        p.call(
+            check_accumulation,
+            f"vocab {label}",
+            lambda v=value: check_accumulation(weighted, labels, valid, v, 2),
+            check,
+        )
+    for label, value in number_variants(2):
+        check = verdict_word("PASS") if label == "numpy int" else None
+        p.call(
+            check_accumulation,
+            f"micro {label}",
+            lambda v=value: check_accumulation(weighted, labels, valid, 7, v),
+            check,
+        )
+    for label, atol in (
+        ("atol str", "1e-6"),
+        ("atol 0", 0),
+        ("atol -1", -1.0),
+        ("atol nan", NAN),
+        ("atol inf", INF),
+        ("atol bool", True),
+        ("atol numpy", np.float32(1e-3)),
+    ):
+        p.call(
+            check_accumulation,
+            label,
+            lambda a=atol: check_accumulation(mean_of_means, labels, valid, 7, 2, atol=a),
+            verdict_word("FAIL") if label == "atol numpy" else None,
+        )
+    for label, args in (
+        ("micro > B", (weighted, labels, valid, 7, 5)),
+        ("vocab 1", (weighted, labels.clamp_max(0), valid, 1, 2)),
+        ("vocab 2**62 (logits too large)", (weighted, labels.clamp_max(1), valid, 2**62, 2)),
+        ("labels beyond vocab", (weighted, labels, valid, 5, 2)),
+        ("label -100 where valid", (weighted, labels.masked_fill(valid, -100), valid, 7, 2)),
+        ("valid of another shape", (weighted, labels, valid[:, :5], 7, 2)),
+        ("accumulate not callable", (3, labels, valid, 7, 2)),
+        ("accumulate returns a float", (lambda lg, y: weighted(lg, y).item(), labels, valid, 7, 2)),
+        ("accumulate returns None", (lambda lg, y: None, labels, valid, 7, 2)),
+        (
+            "accumulate returns per-token losses",
+            (lambda lg, y: torch.cat([t.flatten() for t in y]).float(), labels, valid, 7, 2),
+        ),
+    ):
+        p.call(check_accumulation, label, lambda a=args: check_accumulation(*a))
+
+    def broken(logits, labels):
+        raise ValueError("the reader's own bug")
+
+    p.call(
+        check_accumulation,
+        "accumulate raises (passed on)",
+        lambda: check_accumulation(broken, labels, valid, 7, 2),
+    )
+
+
 def probe_retrieval(p: Probe) -> None:
     import dataclasses
 
@@ -1189,6 +1410,207 @@ def probe_retrieval(p: Probe) -> None:
     )
 
 
+def _rule_retriever(config, rule):
+    """A :class:`TinyRetriever` whose prediction at the query is ``rule(keys, values)`` (Python
+    lists of one row), so the retrieval controls can be worked out by hand for it."""
+    from attnbook.retrieval_model import TinyRetriever
+
+    class RuleRetriever(TinyRetriever):
+        def forward(self, keys, values, *, head_mask=None):
+            n, t = keys.shape
+            vocab = self.head.out_features
+            pred = [rule(k, v) % vocab for k, v in zip(keys.tolist(), values.tolist(), strict=True)]
+            logits = torch.zeros(n, t, vocab)
+            logits[torch.arange(n), -1, torch.tensor(pred, dtype=torch.long)] = 1.0
+            return logits, torch.zeros(n, self.heads, t, t)
+
+    return RuleRetriever(config).eval()
+
+
+RULES = {  # prediction from one row's keys and values (the query record last)
+    "reads the matching record": lambda k, v: v[k[:-1].index(k[-1])],
+    "reads record 0 (a position shortcut)": lambda k, v: v[0],
+    "ignores the context": lambda k, v: 0,
+    "sums the context's values": lambda k, v: sum(v[:-1]),
+    "parity of the context's values": lambda k, v: sum(v[:-1]) % 2,
+}
+
+
+def key_swap_by_hand(data, rule, vocab):
+    """The documented key swap, row by row: the query key becomes the key of the first record
+    after the evidence (cyclically) whose value differs from the answer; rows without one are
+    skipped; the fraction of rows whose prediction is that record's value."""
+    hits = total = 0
+    for keys, values, answer, e in zip(
+        data.keys.tolist(),
+        data.values.tolist(),
+        data.answers.tolist(),
+        data.evidence.tolist(),
+        strict=True,
+    ):
+        r = len(keys) - 1
+        others = [(e + s) % r for s in range(1, r) if values[(e + s) % r] != answer]
+        if not others:
+            continue
+        j = others[0]
+        hits += rule([*keys[:-1], keys[j]], values) % vocab == values[j]
+        total += 1
+    return hits / total
+
+
+def specificity_by_hand(data, rule, vocab, shift=1):
+    """The documented specificity, row by row: record ``(evidence + 1) % R`` gets the first of
+    ``v + shift, v + shift + 1, ...`` (mod V) that is neither ``v`` nor the answer; the fraction
+    of rows whose prediction is unchanged."""
+    same = 0
+    for keys, values, answer, e in zip(
+        data.keys.tolist(),
+        data.values.tolist(),
+        data.answers.tolist(),
+        data.evidence.tolist(),
+        strict=True,
+    ):
+        j = (e + 1) % (len(keys) - 1)
+        old = values[j]
+        new = next(
+            x for x in ((old + shift + i) % vocab for i in range(vocab)) if x not in (old, answer)
+        )
+        edited = [*values[:j], new, *values[j + 1 :]]
+        same += (rule(keys, values) % vocab) == (rule(keys, edited) % vocab)
+    return same / len(data)
+
+
+def near_fraction(expected):
+    return lambda r: expect(
+        isinstance(r, float) and abs(r - expected) < 1e-6, f"{r!r} != {expected!r}"
+    )
+
+
+def probe_retrieval_controls(p: Probe) -> None:
+    import dataclasses
+
+    from attnbook.retrieval import RetrievalConfig, make_data
+    from attnbook.retrieval_model import TinyRetriever, key_swap_accuracy, specificity
+
+    config = RetrievalConfig()
+    gen = torch.Generator().manual_seed(31)
+    datasets = {
+        "default data": (config, make_data(64, config, gen)),
+        "evidence 0": (config, make_data(32, config, gen, evidence=0)),
+        "2 context records": (config, make_data(32, config, gen, records=2)),
+        "8 context records": (config, make_data(32, config, gen, records=8)),
+    }
+    two = RetrievalConfig(values=2)  # many rows hold one value only: key swap skips them
+    three = RetrievalConfig(values=3)  # the smallest V specificity takes
+    datasets["V = 2"] = (two, make_data(64, two, gen))
+    datasets["V = 3"] = (three, make_data(64, three, gen))
+    for data_label, (cfg, data) in datasets.items():
+        for rule_label, rule in RULES.items():
+            model = _rule_retriever(cfg, rule)
+            p.call(
+                key_swap_accuracy,
+                f"{data_label}, model {rule_label}",
+                lambda m=model, d=data: key_swap_accuracy(m, d),
+                near_fraction(key_swap_by_hand(data, rule, cfg.values)),
+            )
+            if cfg.values < 3:
+                continue  # specificity needs V >= 3 (refused below)
+            p.call(
+                specificity,
+                f"{data_label}, model {rule_label}",
+                lambda m=model, d=data: specificity(m, d),
+                near_fraction(specificity_by_hand(data, rule, cfg.values)),
+            )
+    # What the docstrings promise, stated outright for the lookup and a shortcut.
+    data = datasets["default data"][1]
+    lookup = _rule_retriever(config, RULES["reads the matching record"])
+    constant = _rule_retriever(config, RULES["ignores the context"])
+    mixer = _rule_retriever(config, RULES["sums the context's values"])
+    p.call(
+        key_swap_accuracy,
+        "lookup follows the key",
+        lambda: key_swap_accuracy(lookup, data),
+        near_fraction(1.0),
+    )
+    p.call(
+        specificity,
+        "lookup keeps its prediction",
+        lambda: specificity(lookup, data),
+        near_fraction(1.0),
+    )
+    p.call(specificity, "mixer always moves", lambda: specificity(mixer, data), near_fraction(0.0))
+    p.call(
+        specificity, "constant never moves", lambda: specificity(constant, data), near_fraction(1.0)
+    )
+    p.call(
+        key_swap_accuracy,
+        "constant scores at most its share of swapped answers",
+        lambda: key_swap_accuracy(constant, data),
+        lambda r: expect(r < 0.5, f"a model that ignores the key scored {r}"),
+    )
+    parity_rule = RULES["parity of the context's values"]
+    parity = _rule_retriever(config, parity_rule)
+    extra = [("2", 2), ("3", 3), ("9 (= 1 mod V)", 9), ("-7", -7), ("16 (a multiple of V)", 16)]
+    for label, shift in number_variants(1) + extra:
+        check = None
+        accepted = label in ("numpy int", "negative") or label[0] in "0123456789-"
+        if accepted and int(shift) % 8:
+            check = near_fraction(specificity_by_hand(data, parity_rule, 8, int(shift)))
+        p.call(
+            specificity,
+            f"parity model, shift {label}",
+            lambda s=shift: specificity(parity, data, s),
+            check,
+        )
+    model = TinyRetriever(config).eval()  # untrained: only the range can be checked
+    in_unit = lambda r: expect(isinstance(r, float) and 0 <= r <= 1, f"fraction {r!r}")  # noqa: E731
+    for fn in (key_swap_accuracy, specificity):
+        p.call(fn, "untrained TinyRetriever", lambda f=fn: f(model, data), in_unit)
+        p.call(
+            fn,
+            "untrained TinyRetriever in float16",
+            lambda f=fn: f(TinyRetriever(config).half().eval(), data),
+            in_unit,
+        )
+        p.call(
+            fn,
+            "untrained TinyRetriever in training mode",
+            lambda f=fn: f(TinyRetriever(config).train(), data),
+            in_unit,
+        )
+        p.call(fn, "model is a dict", lambda f=fn: f({}, data))
+        p.call(fn, "model is None", lambda f=fn: f(None, data))
+        p.call(fn, "model is a Linear", lambda f=fn: f(nn.Linear(2, 2), data))
+        p.call(fn, "data is a tuple", lambda f=fn: f(model, (data.keys, data.values)))
+        p.call(fn, "data is None", lambda f=fn: f(model, None))
+        p.call(fn, "data is a dict", lambda f=fn: f(model, dataclasses.asdict(data)))
+        p.call(fn, "arguments swapped", lambda f=fn: f(data, model))
+        p.call(
+            fn,
+            "1 context record",
+            lambda f=fn: f(model, make_data(4, config, gen, records=1)),
+        )
+        p.call(
+            fn,
+            "answers beyond the model's V",
+            lambda f=fn: f(TinyRetriever(RetrievalConfig(values=4)).eval(), data),
+        )
+        p.call(
+            fn,
+            "keys beyond the model's vocabulary",
+            lambda f=fn: f(model, make_data(4, RetrievalConfig(keys=16), gen)),
+            names=("keys",),
+            callbacks=False,
+        )
+    for label, value in (
+        ("shift str", "1"),
+        ("shift 1.0", 1.0),
+        ("shift None", None),
+        ("shift numpy float", np.float64(1.0)),
+    ):
+        p.call(specificity, label, lambda v=value: specificity(model, data, v))
+
+
 def _finite_pair(result):
     loss, accuracy = result
     expect(math.isfinite(loss) and 0 <= accuracy <= 1, f"score {result}")
@@ -1295,11 +1717,58 @@ def probe_plots(p: Probe) -> None:
         p.call(heatmap, label, lambda k=kwargs: heatmap(Figure().add_subplot(), m, **k))
 
 
-def probe_runtime(p: Probe) -> None:
-    from attnbook.runtime import setup
+@contextmanager
+def environment(**values: str | None) -> Iterator[None]:
+    """Set (or, for None, unset) environment variables for a block, then restore them."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
+
+@contextmanager
+def global_state_kept() -> Iterator[None]:
+    """Restore the global generators, the thread count and PYTHONHASHSEED after a block
+    that calls :func:`attnbook.runtime.setup`."""
+    states = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
     threads = torch.get_num_threads()
     try:
+        with environment(PYTHONHASHSEED=os.environ.get("PYTHONHASHSEED")):
+            yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.random.set_rng_state(states[2])
+        torch.set_num_threads(threads)
+
+
+def seeded_with(seed: int, threads: int = 1):
+    """``setup`` seeded ``random``, NumPy and torch with ``seed`` and pinned the threads (its
+    return value is not checked)."""
+
+    def check(_result):
+        expect(torch.initial_seed() == seed, f"torch seed {torch.initial_seed()} != {seed}")
+        expect(torch.get_num_threads() == threads, f"{torch.get_num_threads()} threads")
+        expect(random.random() == random.Random(seed).random(), "random was not seeded")
+        expect(np.random.random() == np.random.RandomState(seed).random(), "NumPy was not seeded")
+
+    return check
+
+
+def probe_runtime(p: Probe) -> None:
+    from attnbook.runtime import SEED_OVERRIDE, setup, training_seed
+
+    with global_state_kept(), environment(**{SEED_OVERRIDE: None}):
         for label, value in number_variants(7):
             if label in ("numpy int", "huge int"):
                 continue  # numpy int is valid and changes global state; huge is tried below
@@ -1307,8 +1776,203 @@ def probe_runtime(p: Probe) -> None:
         p.call(setup, "seed 2**32", lambda: setup(2**32))
         p.call(setup, "threads 2**40", lambda: setup(0, threads=2**40))
         p.call(setup, "threads 0", lambda: setup(0, threads=0))
-    finally:
-        torch.set_num_threads(threads)
+        p.call(setup, "threads str", lambda: setup(0, threads="1"))
+        p.call(setup, "seed 3", lambda: setup(3), seeded_with(3))
+        p.call(
+            setup,
+            "seed numpy int, 2 threads",
+            lambda: setup(np.int64(5), threads=2),
+            seeded_with(5, 2),
+        )
+        with environment(**{SEED_OVERRIDE: "11"}):
+            p.call(setup, "ATTNBOOK_SEED=11 replaces seed 3", lambda: setup(3), seeded_with(11))
+        with environment(**{SEED_OVERRIDE: "eleven"}):
+            p.call(setup, "ATTNBOOK_SEED='eleven'", lambda: setup(3), names=(SEED_OVERRIDE,))
+
+        for label, value in number_variants(5):
+            check = {"numpy int": equals(5), "zero": equals(0)}.get(label)
+            p.call(training_seed, f"default {label}", lambda v=value: training_seed(v), check)
+        for label, value in (("5", 5), ("2**32 - 1", 2**32 - 1)):
+            p.call(
+                training_seed, f"default {label}", lambda v=value: training_seed(v), equals(value)
+            )
+        p.call(training_seed, "default 2**32", lambda: training_seed(2**32))
+        for label, override, expected in (
+            ("9", "9", 9),
+            ("' 9 ' (spaces)", " 9 ", 9),
+            ("'' (empty: the default)", "", 5),
+            ("'   ' (blank: the default)", "   ", 5),
+            ("0", "0", 0),
+            ("4294967295", "4294967295", 2**32 - 1),
+            ("'007'", "007", 7),
+        ):
+            with environment(**{SEED_OVERRIDE: override}):
+                p.call(
+                    training_seed,
+                    f"ATTNBOOK_SEED={label}",
+                    lambda: training_seed(5),
+                    equals(expected),
+                )
+        for override in ("abc", "-1", "4294967296", "1e3", "9.0", "0x10", "+5", "1_000", "9 9"):
+            with environment(**{SEED_OVERRIDE: override}):
+                p.call(
+                    training_seed,
+                    f"ATTNBOOK_SEED={override!r}",
+                    lambda: training_seed(5),
+                    names=(SEED_OVERRIDE,),
+                )
+        with environment(**{SEED_OVERRIDE: "9"}):
+            p.call(training_seed, "ATTNBOOK_SEED=9, default str", lambda: training_seed("5"))
+            p.call(training_seed, "ATTNBOOK_SEED=9, default -1", lambda: training_seed(-1))
+
+
+def raises_assertion(thunk):
+    """Run ``thunk``; return the ``AssertionError`` it raises (a claim that does not hold), or
+    the marker ``"returned"``."""
+
+    def run():
+        try:
+            thunk()
+        except AssertionError as error:
+            if isinstance(error, WrongAnswerError):
+                raise
+            return error
+        return "returned"
+
+    return run
+
+
+def failed_claim(name):
+    def check(result):
+        expect(isinstance(result, AssertionError), f"a claim outside its bounds {result}")
+        expect(name in str(result) and "measured" in str(result), f"message {result}")
+
+    return check
+
+
+def held(result):
+    expect(result is None, f"a claim inside its bounds returned {result!r}")
+
+
+def probe_measured(p: Probe) -> None:
+    from attnbook.measured import CLAIMS_LOG, claim
+
+    with environment(**{CLAIMS_LOG: None}):
+        for label, value, bounds in (
+            ("0.5 in (0, 1)", 0.5, {"above": 0, "below": 1}),
+            ("int 3 above 2", 3, {"above": 2}),
+            ("-2 below -1", -2.0, {"below": -1}),
+            ("list in (0, 1)", [0.2, 0.5, 0.8], {"above": 0, "below": 1}),
+            ("tuple", (0.2, 0.8), {"above": 0.1}),
+            ("one-element list", [0.99], {"above": 0.95}),
+            ("numpy float64", np.float64(0.5), {"above": 0.1}),
+            ("numpy float32", np.float32(0.5), {"below": 0.6}),
+            ("numpy int", np.int64(4), {"above": 3}),
+            ("float32 tensor", torch.full((2, 3), 0.5), {"above": 0.4, "below": 0.6}),
+            ("float16 tensor", torch.full((4,), 0.5, dtype=torch.float16), {"above": 0.4}),
+            ("bfloat16 tensor", torch.full((4,), 0.5, dtype=torch.bfloat16), {"below": 0.6}),
+            ("int64 tensor", torch.tensor([3, 4]), {"above": 2, "below": 5}),
+            ("0-d tensor", torch.tensor(0.97), {"above": 0.95}),
+            ("tensor with grad", torch.ones(3, requires_grad=True), {"above": 0.5}),
+            ("non-contiguous tensor", torch.rand(3, 4).mT, {"above": -0.1, "below": 1.1}),
+            ("float bounds given as ints", 0.5, {"above": 0, "below": 1}),
+            ("a large finite value", 1e300, {"above": 1e299}),
+        ):
+            p.call(claim, label, lambda v=value, b=bounds: claim("probe", v, **b), held)
+        for label, value, bounds in (
+            ("0.5 above 0.9", 0.5, {"above": 0.9}),
+            ("1.0 below 1.0 (strict)", 1.0, {"below": 1.0}),
+            ("0.0 above 0.0 (strict)", 0.0, {"above": 0.0}),
+            ("2 outside (0, 1)", 2, {"above": 0, "below": 1}),
+            ("list with one element outside", [0.2, 0.5, 1.2], {"above": 0, "below": 1}),
+            (
+                "tensor with one element outside",
+                torch.tensor([[0.5, 0.5], [0.5, -0.5]]),
+                {"above": 0},
+            ),
+            ("NaN", NAN, {"above": 0}),
+            ("NaN in a list", [0.5, NAN], {"below": 1}),
+            ("NaN in a tensor", torch.tensor([0.5, NAN]), {"above": 0, "below": 1}),
+            ("inf with an upper bound", INF, {"below": 1e9}),
+            ("-inf with a lower bound", -INF, {"above": -1e9}),
+        ):
+            p.call(
+                claim,
+                label,
+                raises_assertion(lambda v=value, b=bounds: claim("probe claim", v, **b)),
+                failed_claim("probe claim"),
+            )
+        with tempfile.TemporaryDirectory() as folder:
+            log = os.path.join(folder, "claims.jsonl")
+            with environment(**{CLAIMS_LOG: log}):
+                p.call(claim, "sweep: held", lambda: claim("kept", [0.4, 0.6], above=0.3), held)
+                p.call(
+                    claim,
+                    "sweep: not held is recorded, not raised",
+                    lambda: claim("broken", torch.tensor([0.1, 2.0]), above=0.0, below=1.0),
+                    held,
+                )
+                p.call(claim, "sweep: NaN recorded", lambda: claim("nan", NAN, below=1), held)
+                p.call(claim, "sweep: bad bounds still refused", lambda: claim("x", 1.0))
+
+            def recorded(_result, log=log):
+                with open(log, encoding="utf-8") as f:
+                    lines = [json.loads(line) for line in f]
+                expect(len(lines) == 3, f"{len(lines)} records")
+                a, b, c = lines
+                expect(
+                    a
+                    == {
+                        "name": "kept",
+                        "min": 0.4,
+                        "max": 0.6,
+                        "above": 0.3,
+                        "below": None,
+                        "held": True,
+                    },
+                    f"record {a}",
+                )
+                expect(
+                    b["name"] == "broken"
+                    and b["held"] is False
+                    and abs(b["min"] - 0.1) < 1e-7
+                    and b["max"] == 2.0,
+                    f"record {b}",
+                )
+                expect(c["name"] == "nan" and c["held"] is False, f"record {c}")
+
+            p.call(claim, "sweep: the record file", lambda: None, recorded)
+        for label, args, kwargs in (
+            ("no bound", ("x", 0.5), {}),
+            ("both bounds None", ("x", 0.5), {"above": None, "below": None}),
+            ("above = below", ("x", 0.5), {"above": 1, "below": 1}),
+            ("above > below", ("x", 0.5), {"above": 1, "below": 0}),
+            ("above nan", ("x", 0.5), {"above": NAN}),
+            ("below inf", ("x", 0.5), {"below": INF}),
+            ("above -inf", ("x", 0.5), {"above": -INF}),
+            ("above str", ("x", 0.5), {"above": "0"}),
+            ("above bool", ("x", 0.5), {"above": True}),
+            ("below tensor", ("x", 0.5), {"below": torch.tensor(1.0)}),
+            ("below list", ("x", 0.5), {"below": [1.0]}),
+            ("name empty", ("", 0.5), {"above": 0}),
+            ("name blank", ("  ", 0.5), {"above": 0}),
+            ("name int", (3, 0.5), {"above": 0}),
+            ("name None", (None, 0.5), {"above": 0}),
+            ("value empty list", ("x", []), {"above": 0}),
+            ("value empty tuple", ("x", ()), {"above": 0}),
+            ("value empty tensor", ("x", torch.zeros(0, 3)), {"above": 0}),
+            ("value complex tensor", ("x", torch.ones(2, dtype=torch.complex64)), {"above": 0}),
+            ("value bool tensor", ("x", torch.ones(2, dtype=torch.bool)), {"above": 0}),
+            ("value bool", ("x", True), {"above": 0}),
+            ("value str", ("x", "0.5"), {"above": 0}),
+            ("value None", ("x", None), {"above": 0}),
+            ("value numpy array", ("x", np.array([0.5])), {"above": 0}),
+            ("value nested list", ("x", [[0.5]]), {"above": 0}),
+            ("value list of tensors", ("x", [torch.tensor(0.5)]), {"above": 0}),
+            ("value dict", ("x", {"a": 0.5}), {"above": 0}),
+            ("value complex", ("x", 1j), {"above": 0}),
+        ):
+            p.call(claim, label, lambda a=args, k=kwargs: claim(*a, **k))
 
 
 # --- the newer modules: the tiny GPT and its parts, induction, tiled backward, practice --------
@@ -2078,6 +2742,162 @@ def probe_corpus(p: Probe) -> None:
         p.call(count_cross_entropy, label, lambda a=args: count_cross_entropy(*a))
 
 
+def interpolated_by_hand(tr, te, vocab, order, discount=0.75):
+    """Interpolated absolute discounting written out with Python counts, recursively over the
+    context length; the unigram is add-one smoothed."""
+    tr, te = tr.tolist(), te.tolist()
+
+    def prob(ctx, c):
+        if not ctx:
+            return (tr.count(c) + 1) / (len(tr) + vocab)
+        lower = prob(ctx[1:], c)
+        n = len(ctx)
+        after = [tr[i + n] for i in range(len(tr) - n) if tr[i : i + n] == ctx]
+        if not after:
+            return lower
+        seen = len(after)
+        return max(after.count(c) - discount, 0) / seen + discount * len(set(after)) / seen * lower
+
+    nll = [-math.log(prob(te[i - order : i], te[i])) for i in range(order, len(te))]
+    return sum(nll) / len(nll)
+
+
+def probe_interpolated(p: Probe) -> None:
+    from attnbook.corpus import count_cross_entropy, interpolated_cross_entropy
+
+    train = torch.tensor([0, 1, 2, 0, 1, 2, 2, 1, 0, 0])
+    test = torch.tensor([0, 1, 2, 2, 0, 1])
+
+    def near(expected):
+        return lambda r: expect(
+            isinstance(r, float) and abs(r - expected) < 1e-9, f"{r!r} != {expected!r}"
+        )
+
+    def below(bound):
+        return lambda r: expect(isinstance(r, float) and r < bound, f"{r!r} is not below {bound!r}")
+
+    p.call(
+        interpolated_cross_entropy,
+        "order 0 = add-one unigram",
+        lambda: interpolated_cross_entropy(train, test, 3, 0),
+        equals(count_cross_entropy(train, test, 3, 0)),
+    )
+    for order in range(0, 5):
+        for discount in (0.75, 0.1, 0.999):
+            p.call(
+                interpolated_cross_entropy,
+                f"order {order}, discount {discount}",
+                lambda o=order, d=discount: interpolated_cross_entropy(train, test, 3, o, d),
+                near(interpolated_by_hand(train, test, 3, order, discount)),
+            )
+    g = torch.Generator().manual_seed(8)
+    text_train = torch.randint(6, (120,), generator=g)
+    text_test = torch.randint(6, (40,), generator=g)
+    for order in (1, 3, 8):
+        p.call(
+            interpolated_cross_entropy,
+            f"random stream, V = 9 (3 unused), order {order}",
+            lambda o=order: interpolated_cross_entropy(text_train, text_test, 9, o),
+            near(interpolated_by_hand(text_train, text_test, 9, order)),
+        )
+    repetitive = torch.arange(60) % 5
+    for order in (1, 2, 3, 6):
+        p.call(
+            interpolated_cross_entropy,
+            f"repetitive stream, order {order}: below add-one",
+            lambda o=order: interpolated_cross_entropy(repetitive, repetitive[:25], 5, o),
+            below(count_cross_entropy(repetitive, repetitive[:25], 5, order)),
+        )
+        p.call(
+            interpolated_cross_entropy,
+            f"repetitive stream, order {order}: below the order below",
+            lambda o=order: interpolated_cross_entropy(repetitive, repetitive[:25], 5, o),
+            below(interpolated_cross_entropy(repetitive, repetitive[:25], 5, order - 1)),
+        )
+    p.call(
+        interpolated_cross_entropy,
+        "vocab 1 (one character: cost 0)",
+        lambda: interpolated_cross_entropy(
+            torch.zeros(6, dtype=torch.long), torch.zeros(4, dtype=torch.long), 1, 2
+        ),
+        near(
+            interpolated_by_hand(
+                torch.zeros(6, dtype=torch.long), torch.zeros(4, dtype=torch.long), 1, 2
+            )
+        ),
+    )
+    p.call(
+        interpolated_cross_entropy,
+        "test exactly order + 1 long",
+        lambda: interpolated_cross_entropy(train, test[:3], 3, 2),
+        near(interpolated_by_hand(train, test[:3], 3, 2)),
+    )
+    for label, value in number_variants(3):
+        check = near(interpolated_by_hand(train, test, 3, 1)) if label == "numpy int" else None
+        p.call(
+            interpolated_cross_entropy,
+            f"vocab {label}",
+            lambda v=value: interpolated_cross_entropy(train, test, v, 1),
+            check,
+        )
+        check = {
+            "numpy int": near(interpolated_by_hand(train, test, 3, 3)),
+            "zero": equals(count_cross_entropy(train, test, 3, 0)),
+        }.get(label)
+        p.call(
+            interpolated_cross_entropy,
+            f"order {label}",
+            lambda v=value: interpolated_cross_entropy(train, test, 3, v),
+            check,
+        )
+    for label, value in (
+        ("discount 0", 0),
+        ("discount 1", 1),
+        ("discount 1.5", 1.5),
+        ("discount -0.5", -0.5),
+        ("discount nan", NAN),
+        ("discount inf", INF),
+        ("discount str", "0.75"),
+        ("discount None", None),
+        ("discount bool", True),
+        ("discount tensor", torch.tensor([0.75, 0.5])),
+        ("discount numpy float", np.float64(0.5)),
+        ("discount numpy float32", np.float32(0.5)),
+        ("discount int-like 1.0", 1.0),
+    ):
+        check = None
+        if label.startswith("discount numpy"):
+            check = near(interpolated_by_hand(train, test, 3, 2, float(value)))
+        p.call(
+            interpolated_cross_entropy,
+            label,
+            lambda v=value: interpolated_cross_entropy(train, test, 3, 2, v),
+            check,
+        )
+    for name in ("train", "test"):
+        for label, variant in tensor_variants(train if name == "train" else test):
+            args = {"train": train, "test": test, name: variant}
+            check = None
+            if isinstance(variant, torch.Tensor) and variant.dtype == torch.int32:
+                check = near(interpolated_by_hand(args["train"], args["test"], 3, 1))
+            p.call(
+                interpolated_cross_entropy,
+                f"{name}: {label}",
+                lambda a=args: interpolated_cross_entropy(a["train"], a["test"], 3, 1),
+                check,
+            )
+    for label, args in (
+        ("test id = vocab", (train, torch.tensor([0, 3]), 3, 1)),
+        ("train id -1", (torch.tensor([0, -1, 2]), test, 3, 1)),
+        ("test shorter than order + 1", (train, test[:2], 3, 2)),
+        ("train shorter than order + 1", (train[:3], test, 3, 3)),
+        ("order 9", (train, test, 3, 9)),
+        ("order 60", (train, test, 3, 60)),
+        ("vocab 2**31, order 2 (V ** 3 beyond int64)", (train, test, 2**31, 2)),
+    ):
+        p.call(interpolated_cross_entropy, label, lambda a=args: interpolated_cross_entropy(*a))
+
+
 def probe_lm_training(p: Probe) -> None:
     import torch.nn.functional as F
 
@@ -2401,6 +3221,108 @@ def probe_induction(p: Probe) -> None:
             torch.float32,
         ),
     )
+
+
+def copying_by_hand(ov):
+    """``trace / sum |eigenvalues|`` per matrix, with NumPy in float64."""
+    a = ov.detach().double().numpy()
+    flat = a.reshape(-1, *a.shape[-2:])
+    out = [np.trace(m) / np.abs(np.linalg.eigvals(m)).sum() for m in flat]
+    return torch.tensor(out, dtype=torch.float64).reshape(a.shape[:-2])
+
+
+def probe_copying_score(p: Probe) -> None:
+    from attnbook.induction import copying_score
+
+    g = torch.Generator().manual_seed(17)
+    exact = {
+        "identity 1x1": (torch.eye(1), 1.0),
+        "identity 5x5": (torch.eye(5), 1.0),
+        "minus identity": (-torch.eye(5), -1.0),
+        "3 x identity (scale)": (3 * torch.eye(4), 1.0),
+        "rotation by 90 degrees (eigenvalues +-i)": (torch.tensor([[0.0, -1.0], [1.0, 0.0]]), 0.0),
+        "diag(2, -1)": (torch.diag(torch.tensor([2.0, -1.0])), 1 / 3),
+        "diag(1, 1, -1, -1)": (torch.diag(torch.tensor([1.0, 1.0, -1.0, -1.0])), 0.0),
+        "all ones (one eigenvalue V)": (torch.ones(4, 4), 1.0),
+        "permutation swapping two tokens": (torch.tensor([[0.0, 1.0], [1.0, 0.0]]), 0.0),
+        "1x1 of -2": (torch.tensor([[-2.0]]), -1.0),
+    }
+    for label, (ov, expected) in exact.items():
+        p.call(
+            copying_score,
+            label,
+            lambda m=ov: copying_score(m),
+            check_tensor_result(
+                lambda e=expected: torch.tensor(e, dtype=torch.float64), torch.float64
+            ),
+        )
+    for size in (2, 5, 16):
+        ov = torch.randn(size, size, generator=g, dtype=torch.float64)
+        p.call(
+            copying_score,
+            f"random float64 {size}x{size}",
+            lambda m=ov: copying_score(m),
+            check_tensor_result(lambda m=ov: copying_by_hand(m), torch.float64),
+        )
+    batch = torch.randn(3, 2, 6, 6, generator=g)
+    batch[0, 1] = torch.eye(6)
+    p.call(
+        copying_score,
+        "batch (3, 2, 6, 6) with an identity",
+        lambda: copying_score(batch),
+        check_tensor_result(lambda: copying_by_hand(batch), torch.float64),
+    )
+    p.call(
+        copying_score,
+        "empty batch (0, 4, 4)",
+        lambda: copying_score(torch.zeros(0, 4, 4)),
+        check_tensor_result(lambda: torch.zeros(0, dtype=torch.float64), torch.float64),
+    )
+    grad = torch.randn(4, 4, generator=g, requires_grad=True)
+    p.call(
+        copying_score,
+        "requires_grad",
+        lambda: copying_score(grad),
+        check_tensor_result(lambda: copying_by_hand(grad), torch.float64),
+    )
+    # A head's real OV circuit: W_E W_V W_O W_U of a random low-rank head (rank 3 of V = 10).
+    w_e, w_v = torch.randn(10, 8, generator=g), torch.randn(8, 3, generator=g)
+    w_o, w_u = torch.randn(3, 8, generator=g), torch.randn(8, 10, generator=g)
+    circuit = w_e @ w_v @ w_o @ w_u
+    p.call(
+        copying_score,
+        "low-rank OV circuit W_E W_V W_O W_U",
+        lambda: copying_score(circuit),
+        check_tensor_result(lambda: copying_by_hand(circuit), torch.float64),
+    )
+    base = torch.randn(4, 4, generator=g)
+    for label, variant in tensor_variants(base):
+        check = None
+        if (
+            isinstance(variant, torch.Tensor)
+            and variant.is_floating_point()
+            and not variant.is_meta
+            and variant.dim() >= 2
+            and variant.shape[-1] == variant.shape[-2] > 0
+            and bool(torch.isfinite(variant).all())
+        ):
+            check = check_tensor_result(lambda v=variant: copying_by_hand(v), torch.float64)
+        p.call(copying_score, f"ov: {label}", lambda v=variant: copying_score(v), check)
+    for label, ov in (
+        ("non-square (3, 4)", torch.randn(3, 4, generator=g)),
+        ("all zeros", torch.zeros(3, 3)),
+        ("one zero matrix in a batch", torch.stack((torch.eye(3), torch.zeros(3, 3)))),
+        ("nilpotent (every eigenvalue 0)", torch.tensor([[0.0, 1.0], [0.0, 0.0]])),
+        ("(0, 0)", torch.zeros(0, 0)),
+        ("rank 1", torch.ones(4)),
+        ("rank 0", torch.tensor(1.0)),
+        ("complex128", torch.eye(3, dtype=torch.complex128)),
+        ("nan in a batch", torch.stack((torch.eye(3), torch.full((3, 3), NAN)))),
+        ("-inf", torch.full((2, 2), -INF)),
+        ("float64 meta", torch.eye(3, dtype=torch.float64, device="meta")),
+        ("float16 overflow to inf", torch.full((2, 2), 7e4).half()),
+    ):
+        p.call(copying_score, label, lambda m=ov: copying_score(m))
 
 
 INDUCTION_FIELDS = {
@@ -3137,17 +4059,22 @@ PROBES = [
     probe_heads,
     probe_costs,
     probe_diagnostics,
+    probe_accumulation,
     probe_retrieval,
+    probe_retrieval_controls,
     probe_health,
     probe_plots,
     probe_runtime,
+    probe_measured,
     probe_norm,
     probe_kv_cache,
     probe_gpt,
     probe_sampling,
     probe_corpus,
+    probe_interpolated,
     probe_lm_training,
     probe_induction,
+    probe_copying_score,
     probe_induction_model,
     probe_tiled_backward,
     probe_retrieval_seeds,
@@ -3166,6 +4093,8 @@ PUBLIC_MODULES = [
     model_module,
     health,
     plots,
+    runtime,
+    measured,
     norm,
     kv_cache,
     gpt,
