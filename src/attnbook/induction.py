@@ -227,8 +227,8 @@ def copying_score(ov: torch.Tensor) -> torch.Tensor:
             two dimensions, empty, non-finite, or all zeros (no eigenvalue to weigh).
     """
     ov = require_tensor("ov", ov, min_rank=2, dtype="floating", shape_hint="(..., V, V)")
-    if ov.shape[-1] != ov.shape[-2] or ov.shape[-1] == 0:
-        raise ValueError(f"ov must be square (..., V, V) with V >= 1, got {tuple(ov.shape)}")
+    if ov.shape[-1] != ov.shape[-2] or ov.numel() == 0:
+        raise ValueError(f"ov must be a non-empty square (..., V, V), got {tuple(ov.shape)}")
     require_values("ov", ov)
     ov = ov.detach().to(torch.float64)
     if not torch.isfinite(ov).all():
@@ -236,5 +236,5 @@ def copying_score(ov: torch.Tensor) -> torch.Tensor:
     eig = torch.linalg.eigvals(ov)  # (..., V) complex
     size = eig.abs().sum(-1)
     if (size == 0).any():
-        raise ValueError("ov is all zeros somewhere: no eigenvalue to weigh")
+        raise ValueError("ov has a matrix whose eigenvalues are all zero: nothing to weigh")
     return eig.real.sum(-1) / size

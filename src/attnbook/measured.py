@@ -36,6 +36,8 @@ def _extremes(name: str, value: object) -> tuple[float, float]:
                 raise ValueError(f"claim {name!r}: value is an empty tensor; nothing to test")
             if value.is_complex() or value.dtype == torch.bool:
                 raise TypeError(f"claim {name!r}: value must be real numbers, got {value.dtype}")
+            if value.is_meta:
+                raise ValueError(f"claim {name!r}: value is a meta tensor, with no values to test")
             flat = value.detach().to("cpu", torch.float64).flatten()
             if flat.isnan().any():
                 return math.nan, math.nan
@@ -52,7 +54,10 @@ def _extremes(name: str, value: object) -> tuple[float, float]:
                 f"claim {name!r}: value must be a number, a sequence of numbers or a tensor, "
                 f"got {type(item).__name__}"
             )
-        found.append(float(item))
+        try:
+            found.append(float(item))
+        except OverflowError:
+            raise ValueError(f"claim {name!r}: value {item!r} is too large for a float") from None
     if any(math.isnan(x) for x in found):
         return math.nan, math.nan
     return min(found), max(found)
@@ -74,7 +79,8 @@ def claim(
         ValueError: no bound given, ``above >= below``, a bound that is not finite, an empty
             ``name`` or an empty value (a claim must test something).
         TypeError: ``name`` not a string, or ``value`` not real numbers.
-        AssertionError: an element is outside the bounds, or any element is NaN (never a pass).
+        AssertionError: an element is outside the bounds, or any element is NaN or infinite
+            (never a pass: a diverged value is no evidence).
             Under the sweep (``ATTNBOOK_CLAIMS`` set) the claim is recorded instead.
     """
     if not isinstance(name, str) or not name.strip():
@@ -82,21 +88,36 @@ def claim(
     if above is None and below is None:
         raise ValueError(f"claim {name!r}: give above=, below= or both; a claim needs a bound")
     for label, bound in (("above", above), ("below", below)):
-        if bound is not None and (
-            isinstance(bound, bool)
-            or not isinstance(bound, (int, float))
-            or not math.isfinite(bound)
-        ):
+        if bound is None:
+            continue
+        try:
+            finite = (
+                not isinstance(bound, bool)
+                and isinstance(bound, numbers.Real)
+                and math.isfinite(float(bound))
+            )
+        except OverflowError:
+            finite = False
+        if not finite:
             raise ValueError(f"claim {name!r}: {label} must be a finite number, got {bound!r}")
     if above is not None and below is not None and not above < below:
         raise ValueError(f"claim {name!r}: above={above} must be less than below={below}")
     lo, hi = _extremes(name, value)
-    held = not math.isnan(lo) and (above is None or lo > above) and (below is None or hi < below)
+    # NaN and infinities never hold: a diverged value is no evidence for any bound.
+    held = (
+        math.isfinite(lo)
+        and math.isfinite(hi)
+        and (above is None or lo > above)
+        and (below is None or hi < below)
+    )
     log = os.environ.get(CLAIMS_LOG)
     if log:
         record = {"name": name, "min": lo, "max": hi, "above": above, "below": below}
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record | {"held": held}) + "\n")
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record | {"held": held}) + "\n")
+        except OSError as error:
+            raise ValueError(f"{CLAIMS_LOG}={log!r} cannot be appended to: {error}") from None
         return
     if not held:
         bounds = " and ".join(

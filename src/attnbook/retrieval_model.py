@@ -143,8 +143,10 @@ def intervention_accuracy(model: TinyRetriever, data: RetrievalData, shift: int 
     prediction follow the new value? ``shift`` must not be a multiple of ``V``."""
     _require_model_and_data(model, data)
     vocab = model.head.out_features
-    if require_int("shift", shift) % vocab == 0:
+    shift = require_int("shift", shift)
+    if shift % vocab == 0:
         raise ValueError(f"shift={shift} is a multiple of V={vocab}, so the edit changes nothing")
+    shift %= vocab  # the same edit; keeps the arithmetic within int64
     new_answers = (data.answers + shift) % vocab  # (N,)
     values = data.values.clone()
     values[torch.arange(len(data)), data.evidence] = new_answers
@@ -183,7 +185,10 @@ def key_swap_accuracy(model: TinyRetriever, data: RetrievalData) -> float:
     other = _other_record(data)  # (N,)
     rows = (other >= 0).nonzero().flatten()
     if len(rows) == 0:
-        raise ValueError("no row has a context record whose value differs from the answer")
+        raise ValueError(
+            "data has no row with a context record whose value differs from the answer: "
+            "there is nothing to swap to"
+        )
     keys, j = data.keys[rows].clone(), other[rows]
     keys[:, -1] = keys[torch.arange(len(rows)), j]  # the query now names record j
     answers = data.values[rows, j]
@@ -202,12 +207,16 @@ def specificity(model: TinyRetriever, data: RetrievalData, shift: int = 1) -> fl
     """
     _require_model_and_data(model, data)
     vocab = model.head.out_features
-    if require_int("shift", shift) % vocab == 0:
+    shift = require_int("shift", shift)
+    if shift % vocab == 0:
         raise ValueError(f"shift={shift} is a multiple of V={vocab}, so the edit changes nothing")
+    shift %= vocab  # the same edit; keeps the arithmetic within int64
     if data.keys.shape[1] < 3:
         raise ValueError(f"data needs at least 2 context records per row, got {data.keys.shape}")
     if vocab < 3:
-        raise ValueError(f"specificity needs V >= 3 values (old, answer and a third), got {vocab}")
+        raise ValueError(
+            f"model predicts V={vocab} values; specificity needs V >= 3 (old, answer, a third)"
+        )
     n, r = data.keys.shape[0], data.keys.shape[1] - 1
     j = (data.evidence + 1) % r  # (N,) a record that does not match
     rows = torch.arange(n)

@@ -42,7 +42,7 @@ def training_seed(default: int) -> int:
     override = os.environ.get(SEED_OVERRIDE, "").strip()
     if not override:
         return default
-    if not override.isdigit():
+    if not (override.isascii() and override.isdigit()):
         raise ValueError(f"{SEED_OVERRIDE} must be a non-negative integer, got {override!r}")
     return require_int(SEED_OVERRIDE, int(override), minimum=0, maximum=2**32 - 1)
 
