@@ -6,7 +6,7 @@ Each command runs in its own fresh `git clone` of this repository's HEAD in a te
 folder (so nothing built here is reused: no .venv, no node_modules, no _build), exactly as a
 new contributor or CI would run it. Package-manager caches (uv's, pip's, npm's) are the
 machine's own and stay warm between runs; a machine with cold caches adds its download time.
-The goals: clean clone -> `make book` within 90 s, -> `make test` within 240 s. The script
+The goals: clean clone -> `make book` within 90 s, -> `make test` within 510 s (8.5 min). The script
 also reads how many chapters the site build executed (it should be none: it takes the
 stored outputs that strict nbval has just re-checked), and the CPU time the command used
 (user + system of the processes reaped in a chain back to `make`: pytest, the kernels, the
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _report import report, table
 
 ROOT = Path(__file__).resolve().parents[1]
-GOALS = {"book": 90.0, "test": 240.0}
+GOALS = {"book": 90.0, "test": 510.0}  # 8.5 min: every chapter on three CPU paths
 
 
 def _children_cpu() -> float:

@@ -233,10 +233,10 @@ def write_table(result: dict) -> str:
         )
     errors = [
         (run["chapter"], run["seed"], run["path"], e)
-        for run in result["runs"]
+        for run in runs
         for e in run["errors"]
     ]
-    lines += ["", f"Runs: {len(result['runs'])}; cell errors: {len(errors)}."]
+    lines += ["", f"Runs: {len(runs)}; cell errors: {len(errors)}."]
     lines += [f"- {c} seed {s} on {p}: cell {e['cell']}: {e['error']}" for c, s, p, e in errors]
     seconds = {}
     for run in runs:
