@@ -91,11 +91,13 @@ lint: setup
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/zizmor --offline --quiet .github/workflows/
 
-# Each chapter executes once here (strict nbval) and once more in the Colab-like runtime, a
-# second environment; the site build executes none (checked by prime_cache.py --verify).
-# Two cores, two lanes. While the unit tests, strict nbval and the site build run, a
-# background job runs the Colab-like runtime, the tests that train models (marker slow) and
-# then the JupyterLab test (it needs the chapters, not the site). Once the site is built, the
+# Each chapter executes three times, once per CPU code path: here under strict nbval on the
+# declared path, then in the background in the Colab-like runtime (the no-vector path) and on
+# this machine's native path (tests/test_cpu_paths.py); the site build executes none (checked
+# by prime_cache.py --verify). Two cores, two lanes. While the unit tests, strict nbval and
+# the site build run, a background job runs the Colab-like runtime, the native-path run, the
+# tests that train models (marker slow) and then the JupyterLab test (it needs the chapters,
+# not the site). Once the site is built, the
 # site's browser tests run beside a second job: the phone-width pass, the screenshots and the
 # whole-book PDF (then the link check, which reads the PDF). The lanes are sized to finish
 # together (benchmarks/RESULTS.md); chapters and tests use one thread each. Logs are printed

@@ -231,11 +231,7 @@ def write_table(result: dict) -> str:
             f"{_fmt(r['below'])} | {_fmt(r['margin'])} | {_fmt(r['z'])} | "
             f"{'ok' if r['room'] else '**NO**'} |"
         )
-    errors = [
-        (run["chapter"], run["seed"], run["path"], e)
-        for run in runs
-        for e in run["errors"]
-    ]
+    errors = [(run["chapter"], run["seed"], run["path"], e) for run in runs for e in run["errors"]]
     lines += ["", f"Runs: {len(runs)}; cell errors: {len(errors)}."]
     lines += [f"- {c} seed {s} on {p}: cell {e['cell']}: {e['error']}" for c, s, p, e in errors]
     seconds = {}
