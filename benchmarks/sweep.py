@@ -105,7 +105,10 @@ def _module_files(chapter: str) -> list[Path]:
     todo = set().union(*(_imported(s) for s in _code_cells(chapter))) | {"attnbook"}
     seen: set[Path] = set()
     while todo:
-        for f in files(todo.pop()):
+        name = todo.pop()
+        if name.split(".")[1:2] == ["practice"]:  # grades a reader's function, trains nothing
+            continue
+        for f in files(name):
             if f not in seen:
                 seen.add(f)
                 todo |= _imported(f.read_text())
@@ -116,9 +119,10 @@ def fingerprint(chapter: str) -> str:
     """A hash of what one chapter's sweep depends on: its code cells; the code (not the
     docstrings or comments) of every ``attnbook`` module it imports, directly or through
     another, but the exercise checker (``practice/``: it grades a reader's function and trains
-    nothing); the package's data files and widget scripts; torch's version and the sweep's
-    own settings. A change anywhere else (another chapter, a module it never imports, prose)
-    leaves its sweep current."""
+    nothing); the package's data files (``data/`` folders: the corpus, the widget data);
+    torch's version and the sweep's own settings. A change anywhere else (another chapter, a
+    module it never imports, prose, the widgets' browser scripts, which never run in the
+    kernel) leaves its sweep current."""
     import torch
 
     h = hashlib.sha256()
@@ -127,9 +131,7 @@ def fingerprint(chapter: str) -> str:
     for source in _code_cells(chapter):
         h.update(source.encode())
     package = ROOT / "src" / "attnbook"
-    data = [
-        p for p in sorted(package.rglob("*")) if p.is_file() and p.suffix not in {".py", ".pyc"}
-    ]
+    data = sorted(p for p in package.rglob("data/*") if p.is_file())
     for path in [*_module_files(chapter), *data]:
         h.update(str(path.relative_to(package)).encode())
         text = path.read_bytes()
