@@ -3904,7 +3904,7 @@ def probe_retrieval_seeds(p: Probe) -> None:
 
 
 def probe_practice(p: Probe) -> None:
-    from attnbook.practice import EXERCISES, Result, check, describe
+    from attnbook.practice import EXERCISES, Result, check, describe, hint, progress, solution
     from attnbook.practice._attention import attention as reference_attention
 
     def verdict_is(passed, status, mistake=None):
@@ -3999,6 +3999,18 @@ def probe_practice(p: Probe) -> None:
             lambda n=name: describe(n),
             lambda r, n=name: expect(isinstance(r, str) and n in r, "no signature"),
         )
+        p.call(
+            hint,
+            name,
+            lambda n=name: hint(n),
+            lambda r, n=name: expect(isinstance(r, str) and r.startswith("Hint for"), "no hint"),
+        )
+        p.call(
+            solution,
+            name,
+            lambda n=name: solution(n),
+            lambda r: expect(isinstance(r, str) and r.startswith("def "), "no source"),
+        )
         # The book's own solution, and each catalogued mistake's own function, must be told
         # apart: the first passes, the second is named (the registry is the answer key).
         exercise = practice._REGISTRY[name]
@@ -4025,6 +4037,14 @@ def probe_practice(p: Probe) -> None:
     ):
         p.call(check, f"name {label}", lambda n=name: check(n, mine))
         p.call(describe, f"name {label}", lambda n=name: describe(n))
+        p.call(hint, f"name {label}", lambda n=name: hint(n))
+        p.call(solution, f"name {label}", lambda n=name: solution(n))
+    p.call(
+        progress,
+        "after the checks above",
+        progress,
+        lambda r: expect(isinstance(r, str) and r.startswith("Passed in this kernel"), "text"),
+    )
 
     p.call(
         Result,

@@ -366,6 +366,8 @@ PLANTED = {
         "values_use_d_k": lambda t_q, t_k, heads, d_k, d_v: 2 * 2 * heads * t_q * t_k * d_k,
         "quadratic_in_keys": lambda t_q, t_k, heads, d_k, d_v: 2 * heads * t_k**2 * (d_k + d_v),
         "forgot_heads": lambda t_q, t_k, heads, d_k, d_v: 2 * t_q * t_k * (d_k + d_v),
+        "widths_divided_by_heads": lambda t_q, t_k, heads, d_k, d_v: heads * (
+            2 * t_q * t_k * (d_k // heads) + 2 * t_q * t_k * (d_v // heads)),
     },
     "merge": {
         "no_rescale": lambda a, b: _merge(a, b, l_scale=False, u_scale=False),
@@ -427,4 +429,4 @@ def test_an_uncatalogued_mistake_fails_without_a_name(name, fn):
     assert not result.passed and result.mistake is None and result.status == "wrong", result
     # The message names an input, says what differs there, and gives the exercise's hint.
     assert result.message.startswith("On the ") and " case" in result.message
-    assert "cases fail." in result.message and "Hint: " in result.message
+    assert "cases fail" in result.message and "Hint: " in result.message

@@ -8,8 +8,21 @@ variant of the exercise (the classic mistakes: a missing √dk, a softmax along 
 a flipped mask, a merge without the rescale, ...) and, if one matches on every case, names it.
 Mistakes are recognised by behaviour only: the checker never reads the reader's source.
 
-A function that still raises ``NotImplementedError`` is reported as *not attempted* and counts
-as passed, so a chapter with unsolved exercises still runs top to bottom.
+A function that raises ``NotImplementedError`` on every case is reported as *not attempted*
+and counts as passed, so a chapter with unsolved exercises still runs top to bottom; one that
+raises it on some cases only is a partly written function and fails. ``bool(result)`` is
+True only when the function is correct, so ``assert check(name, fn)`` fails on a stub and on
+a wrong answer.
+
+``check`` never raises for anything ``fn`` does (``SystemExit`` included) and stops a call
+that runs past :data:`TIME_LIMIT_S` seconds; only ``KeyboardInterrupt`` (Jupyter's interrupt
+button) is passed on, so that a reader can always stop a cell. What a function may return
+(dtypes, tuples, numbers) follows one set of rules, in :mod:`attnbook.practice._compare`
+and in every ``describe(name)``.
+
+On request: ``describe(name)`` gives one exercise's contract and the rules its checker
+applies, ``hint(name)`` a nudge, ``solution(name)`` a worked solution, and ``progress()``
+the exercises passed in this kernel.
 
 Exercises (signatures use the shape legend of :mod:`attnbook`; details in each module):
 
@@ -29,17 +42,22 @@ name                signature                                                   
 ``merge``           ``merge(a, b)`` on online-softmax states ``(m, l, u)``               8
 ==================  ==================================================================  =====
 
-``EXERCISES`` lists the names, ``MISTAKES[name]`` the catalogued ``(id, description)``
-pairs of one exercise, and ``describe(name)`` the full contract of its function.
+New exercises (each with its catalogue of mistakes) are listed in ``EXERCISES`` after these.
+
+``EXERCISES`` lists the names and ``MISTAKES[name]`` the catalogued ``(id, description)``
+pairs of one exercise.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
 from attnbook.practice._attention import ATTENTION, SCALED_SCORES
+from attnbook.practice._compare import TIME_LIMIT_S
 from attnbook.practice._costs import ATTENTION_FLOPS, KV_CACHE_BYTES
 from attnbook.practice._exercise import Exercise
 from attnbook.practice._heads import MERGE_HEADS, SPLIT_HEADS
@@ -49,7 +67,18 @@ from attnbook.practice._result import Result
 from attnbook.practice._rope import APPLY_ROPE
 from attnbook.practice._runner import run
 
-__all__ = ["EXERCISES", "MISTAKES", "Result", "check", "describe"]
+__all__ = [
+    "EXERCISES",
+    "MISTAKES",
+    "TIME_LIMIT_S",
+    "Result",
+    "Text",
+    "check",
+    "describe",
+    "hint",
+    "progress",
+    "solution",
+]
 
 _REGISTRY: dict[str, Exercise] = {
     ex.name: ex
@@ -76,17 +105,113 @@ MISTAKES: dict[str, tuple[tuple[str, str], ...]] = {
 """For each exercise, its catalogued mistakes as ``(id, description)`` pairs."""
 
 
+class Text(str):
+    """A ``str`` that a notebook shows as plain text (no quotes, line breaks kept)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(str(self))
+
+
 def _exercise(name: object) -> Exercise:
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"name must be one of {', '.join(EXERCISES)}; got {name!r}")
     return _REGISTRY[name]
 
 
-def describe(name: str) -> str:
-    """The contract of exercise ``name``'s function: its signature, shapes and edge cases."""
+def _contract(exercise: Exercise) -> str:
+    """The block of the exercise's module docstring that documents this one function."""
+    doc = inspect.cleandoc(sys.modules[exercise.reference.__module__].__doc__ or "")
+    lines = doc.splitlines()
+    head = f"``{exercise.name}("
+    for i, line in enumerate(lines):
+        if line.startswith(head):
+            body = []
+            for later in lines[i + 1 :]:
+                if later and not later.startswith(" "):
+                    break
+                body.append(later)
+            return textwrap.dedent("\n".join(body)).strip()
+    return ""
+
+
+def _output_rule(exercise: Exercise) -> str:
+    if exercise.keyword_call:
+        return (
+            "It is called with keyword arguments. A count may be an int, a float, a NumPy "
+            "scalar or a 0-d tensor, and must equal the exact count (not a bool, not a "
+            "tensor with a dimension)."
+        )
+    rule = (
+        "A tensor result must have the reference's shape and dtype; a view or a "
+        "non-contiguous result is fine."
+    )
+    if exercise.output_names:
+        rule += (
+            f" The result is a tuple ({', '.join(exercise.output_names)}); a list or a "
+            "namedtuple is accepted."
+        )
+    return rule + " Inputs must not be changed in place."
+
+
+def describe(name: str) -> Text:
+    """The contract of exercise ``name``'s function: its signature, shapes, dtypes and edge
+    cases, and the rules its checker applies (what may be returned, the time limit)."""
     exercise = _exercise(name)
-    module_doc = sys.modules[exercise.reference.__module__].__doc__ or ""
-    return f"{exercise.signature}\n\n{module_doc.strip()}"
+    labels = "\n".join(f"  {case.label}" for case in exercise.cases)
+    return Text(
+        f"{exercise.signature}\n\n{_contract(exercise)}\n\n"
+        f"Rules: {_output_rule(exercise)} Each call may take at most {TIME_LIMIT_S:g} s.\n"
+        f"The checker runs it on {len(exercise.cases)} cases:\n{labels}\n"
+        f"Catalogued mistakes: {len(exercise.mistakes)} (MISTAKES[{name!r}]). "
+        f"hint({name!r}) and solution({name!r}) on request."
+    )
+
+
+_LAST: dict[str, Result] = {}
+_PASSED_BY: dict[str, str] = {}
+
+
+def hint(name: str) -> Text:
+    """A nudge for exercise ``name`` that does not give the code away; after a failed check in
+    this kernel, the hint that fits that failure comes first."""
+    exercise = _exercise(name)
+    text = f"Hint for {exercise.signature}: {exercise.hint}"
+    last = _LAST.get(name)
+    if last is not None and not last and last.status != "not attempted":
+        fitted = last.message.rsplit("\nHint: ", 1)
+        if len(fitted) == 2 and fitted[1] != exercise.hint:
+            text = f"Your last attempt: {fitted[1]}\n\n{text}"
+    edges = "; ".join(
+        c.label.removeprefix("edge case: ") for c in exercise.cases if c.kind == "edge"
+    )
+    return Text(f"{text}\nEdge cases the checker tries: {edges}.")
+
+
+def solution(name: str) -> Text:
+    """A worked solution of exercise ``name``, as source code (it passes ``check``)."""
+    exercise = _exercise(name)
+    if exercise.solution is None:  # every exercise has one; a test checks it
+        return Text(f"No worked solution is stored for {name}.")
+    return Text(textwrap.dedent(inspect.getsource(exercise.solution)).strip())
+
+
+def progress() -> Text:
+    """Which exercises passed ``check`` in this kernel (with the function that passed), and
+    how the last attempt at each of the others went."""
+    rows = []
+    for name in EXERCISES:
+        chapter = _REGISTRY[name].chapter
+        if name in _PASSED_BY:
+            rows.append(f"✓ {name:<18} passed by {_PASSED_BY[name]}  ({chapter})")
+        elif name in _LAST:
+            rows.append(f"✗ {name:<18} last try: {_LAST[name].title.split(' ', 1)[1]}  ({chapter})")
+        else:
+            rows.append(f"· {name:<18} not tried yet  ({chapter})")
+    done = len(_PASSED_BY)
+    return Text(f"Passed in this kernel: {done} of {len(EXERCISES)} exercises.\n" + "\n".join(rows))
 
 
 def check(name: str, fn: Callable[..., Any]) -> Result:
@@ -97,13 +222,21 @@ def check(name: str, fn: Callable[..., Any]) -> Result:
         fn: the reader's function, with the exercise's signature.
 
     Returns:
-        A :class:`Result` with ``passed``, ``mistake`` (a catalogued id or None) and
-        ``message`` (the first failing input, what went wrong there, and a hint). Displayed in
-        a notebook it shows a short verdict. A stub that raises ``NotImplementedError``
-        passes with status ``"not attempted"``. Exceptions raised by ``fn`` are reported in
-        the message, never propagated.
+        A :class:`Result` with ``passed``, ``mistake`` (a catalogued id or None),
+        ``message`` (the first failing input and what went wrong there, a line per case,
+        and a hint that fits the failure), ``cases`` and ``kind``. Displayed in a notebook
+        it shows a short verdict. ``bool(result)`` is True only when ``fn`` is correct.
+        A stub that raises ``NotImplementedError`` on every case passes with status
+        ``"not attempted"``. Whatever ``fn`` raises (``SystemExit`` too) is reported in
+        the message, never propagated; a call that runs past :data:`TIME_LIMIT_S` seconds
+        is stopped and reported. ``KeyboardInterrupt`` is passed on, so that a cell can
+        always be interrupted.
 
     Raises:
         ValueError: ``name`` is not an exercise.
     """
-    return run(_exercise(name), fn)
+    result = run(_exercise(name), fn)
+    _LAST[name] = result
+    if result.status == "correct":
+        _PASSED_BY[name] = getattr(fn, "__name__", type(fn).__name__)
+    return result

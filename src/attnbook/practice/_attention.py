@@ -1,13 +1,15 @@
 """Exercises of chapters 1 and 2: attention from scratch, and the scaled scores.
 
 ``attention(q, k, v)``
-    q ``(..., Tq, dk)``, k ``(..., Tk, dk)``, v ``(..., Tk, dv)`` with the same leading dims;
-    returns ``softmax(q @ k^T / sqrt(dk)) @ v``, shape ``(..., Tq, dv)``, dtype of ``q``. No
-    mask. With ``Tk == 0`` each output row is zero (an empty mixture reads nothing).
+    q ``(..., Tq, dk)``, k ``(..., Tk, dk)``, v ``(..., Tk, dv)`` with the same leading dims
+    (any number of them); returns ``softmax(q @ k^T / sqrt(dk)) @ v``, shape
+    ``(..., Tq, dv)``, dtype of ``q``. No mask. With ``Tk == 0`` each output row is zero (an
+    empty mixture reads nothing). Inputs may be non-contiguous views (the heads that
+    ``split_heads`` returns) or expanded tensors (one sequence broadcast over a batch).
 
 ``scaled_scores(q, k)``
     q ``(..., Tq, dk)``, k ``(..., Tk, dk)``; returns ``q @ k^T / sqrt(dk)``, shape
-    ``(..., Tq, Tk)``, dtype of ``q``.
+    ``(..., Tq, Tk)``, dtype of ``q``. Inputs may be non-contiguous or expanded.
 """
 
 from __future__ import annotations
@@ -56,6 +58,25 @@ def _qkv(tq, tk, dk, dv, lead=(), *, seed, dtype=torch.float64, scale=1.0):
     }
 
 
+def _qkv_split_heads():
+    # The layout attention gets in a model: a fused projection (B, T, 3d) sliced into q, k, v,
+    # each split into heads; all three are non-contiguous views of one tensor.
+    from attnbook.heads import split_heads
+
+    fused = randn(2, 5, 24, seed=28, dtype=torch.float32)
+    q, k, v = fused.split(8, dim=-1)  # (B, T, d) each, strides of the fused tensor
+    return {"q": split_heads(q, 2), "k": split_heads(k, 2), "v": split_heads(v, 2)}
+
+
+def _qkv_expanded():
+    # One sequence's keys and values broadcast over a batch of 3 queries (stride 0).
+    return {
+        "q": randn(3, 4, 6, seed=29),
+        "k": randn(1, 7, 6, seed=30).expand(3, 7, 6),
+        "v": randn(1, 7, 2, seed=31).expand(3, 7, 2),
+    }
+
+
 def _qkv_fp16():
     # Small integers with dk = 4: every score is exact in float16, and most rows have a score
     # above 11.1, where exp() overflows float16 (its largest number is 65504).
@@ -75,8 +96,14 @@ ATTENTION_CASES = (
     Case("random case: 6 tokens, dk = 16, dv = 5", "random", _qkv(6, 6, 16, 5, seed=14)),
     Case("random case: 3 queries, 9 keys, dk = 2, dv = 2", "random",
          _qkv(3, 9, 2, 2, (1,), seed=17)),
+    Case("random case: heads of a fused projection (non-contiguous views), B = 2, 2 heads, "
+         "5 tokens, dh = 4", "random", _qkv_split_heads),
+    Case("random case: three leading dims (2 x 2 x 2), 3 queries, 4 keys", "random",
+         _qkv(3, 4, 5, 3, (2, 2, 2), seed=35)),
     Case("edge case: no keys (Tk = 0)", "edge", _qkv(3, 0, 4, 5, (2,), seed=20)),
     Case("edge case: one key", "edge", _qkv(4, 1, 3, 2, seed=23, dtype=torch.float32)),
+    Case("edge case: keys and values expanded over the batch (stride 0)", "edge",
+         _qkv_expanded),
     Case("edge case: float32 scores up to 104", "edge",
          _qkv(4, 5, 8, 3, seed=26, dtype=torch.float32, scale=6.0)),
     Case("edge case: float16 scores up to 30", "edge", _qkv_fp16),
@@ -93,11 +120,19 @@ _PRECEDENCE = (
 )
 _PRECEDENCE_HINT = "Operator precedence: ** binds tighter than /. Print your scale for dk = 16."
 
+
+def solution_attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
+    weights = torch.softmax(scores, dim=-1)  # each query's row sums to 1; Tk = 0 gives (..., Tq, 0)
+    return weights @ v  # (..., Tq, dv); an empty key axis sums to zeros
+
+
 ATTENTION = Exercise(
     name="attention",
     chapter="ch-deriving",
     signature="attention(q, k, v)",
     reference=attention,
+    solution=solution_attention,
     cases=ATTENTION_CASES,
     hint="Build it in three steps and check each on the hand case: scores q @ k^T scaled by "
     "1/sqrt(dk) with shape (Tq, Tk), a softmax that makes each query's row sum to 1, then "
@@ -172,11 +207,16 @@ def _qk(tq, tk, dk, lead=(), *, seed, dtype=torch.float64):
     }
 
 
+def solution_scaled_scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
+
+
 SCALED_SCORES = Exercise(
     name="scaled_scores",
     chapter="ch-sqrt-dk",
     signature="scaled_scores(q, k)",
     reference=scaled_scores,
+    solution=solution_scaled_scores,
     hint="Compare your output with q @ k^T on the hand case: the two should differ only by "
     "one factor that depends on dk, and the shape should be (..., Tq, Tk).",
     cases=(
@@ -189,7 +229,11 @@ SCALED_SCORES = Exercise(
         Case("random case: 6 tokens, dk = 6", "random", _qk(6, 6, 6, seed=43)),
         Case("random case: 3 queries, 10 keys, dk = 64", "random",
              _qk(3, 10, 64, (1,), seed=45)),
+        Case("random case: transposed views (non-contiguous), 4 queries, 6 keys, dk = 5",
+             "random", lambda: {"q": randn(2, 5, 4, seed=51).mT, "k": randn(2, 5, 6, seed=52).mT}),
         Case("edge case: no keys (Tk = 0)", "edge", _qk(3, 0, 8, (2,), seed=47)),
+        Case("edge case: keys expanded over the batch (stride 0)", "edge", lambda: {
+            "q": randn(3, 2, 4, seed=53), "k": randn(1, 5, 4, seed=54).expand(3, 5, 4)}),
         Case("edge case: float16", "edge", lambda: {
             "q": small_ints(2, 3, 16, seed=49, dtype=_FP16),
             "k": small_ints(2, 5, 16, seed=50, dtype=_FP16),

@@ -47,14 +47,22 @@ def _config(batch, layers, positions, heads, kv_heads, head_dim, dtype):
 
 _BF16, _F32 = torch.bfloat16, torch.float32
 
+
+def solution_kv_cache_bytes(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
+    per_position = 2 * kv_heads * head_dim  # a key and a value per KV head (heads is unused)
+    return batch * layers * positions * per_position * dtype.itemsize
+
+
 KV_CACHE_BYTES = Exercise(
     name="kv_cache_bytes",
     chapter="ch-multihead",
     signature="kv_cache_bytes(*, batch, layers, positions, heads, kv_heads, head_dim, dtype)",
     reference=kv_cache_bytes,
+    solution=solution_kv_cache_bytes,
     keyword_call=True,
-    hint="List what one layer stores for one position of one sequence, then multiply by "
-    "everything there is many of. Which of the arguments does not appear at all?",
+    hint="Write what one layer stores for one cached position of one sequence (a key and a "
+    "value per key/value head, head_dim numbers each, element_size bytes per number), then "
+    "multiply by what there are several of: sequences, layers, positions.",
     cases=(
         Case("hand case: Llama-3-8B-like, 1 sequence, 4096 positions, bfloat16", "hand",
              _config(1, 32, 4096, 32, 8, 128, _BF16)),
@@ -107,11 +115,18 @@ def _shape(t_q, t_k, heads, d_k, d_v):
     return lambda: dict(t_q=t_q, t_k=t_k, heads=heads, d_k=d_k, d_v=d_v)
 
 
+def solution_attention_flops(*, t_q, t_k, heads, d_k, d_v):
+    scores = 2 * t_q * d_k * t_k  # (t_q, d_k) @ (d_k, t_k), one head
+    weighted_sum = 2 * t_q * t_k * d_v  # (t_q, t_k) @ (t_k, d_v), one head
+    return heads * (scores + weighted_sum)
+
+
 ATTENTION_FLOPS = Exercise(
     name="attention_flops",
     chapter="ch-flops",
     signature="attention_flops(*, t_q, t_k, heads, d_k, d_v)",
     reference=attention_flops,
+    solution=solution_attention_flops,
     keyword_call=True,
     hint="Chapter 7's rule: an (m x k) @ (k x p) product costs 2·m·k·p FLOPs. Write down the "
     "two products of one head with their shapes, then count the heads.",
@@ -123,6 +138,8 @@ ATTENTION_FLOPS = Exercise(
         Case("edge case: one decoding step, 4096 cached keys, 32 heads of 128", "edge",
              _shape(1, 4096, 32, 128, 128)),
         Case("edge case: one head, one feature", "edge", _shape(3, 5, 1, 1, 1)),
+        Case("edge case: widths not divisible by the heads (3 heads, d_k = 8, d_v = 5)",
+             "edge", _shape(6, 9, 3, 8, 5)),
     ),
     mistakes=(
         Mistake("macs_not_flops", "multiply-adds are counted once; FLOPs count them twice.",
@@ -141,8 +158,19 @@ ATTENTION_FLOPS = Exercise(
                 "(t_q, t_k). What is t_q when one token is generated?",
                 "ch-flops exercise 3 (decoding)",
                 lambda **s: attention_flops(**{**s, "t_q": s["t_k"]})),
-        Mistake("forgot_heads", "the count is for one head only.", "Every head computes its "
-                "own scores and its own weighted sum.", "ch-flops",
-                lambda **s: attention_flops(**{**s, "heads": 1})),
+        Mistake("forgot_heads", "the count is one head's: either the factor heads is missing, "
+                "or d_k and d_v were divided by heads before multiplying by heads (they are "
+                "already the widths of one head, so the two cancel).", "Every head computes "
+                "its own scores and its own weighted sum over d_k and d_v features; does your "
+                "count grow when heads doubles?", "ch-flops",
+                lambda **s: attention_flops(**{**s, "heads": 1}),
+                (lambda **s: 2 * s["heads"] * s["t_q"] * s["t_k"]
+                 * (s["d_k"] / s["heads"] + s["d_v"] / s["heads"]),)),
+        Mistake("widths_divided_by_heads", "d_k and d_v are divided by heads with integer "
+                "division (d_k // heads): they are already the widths of one head.",
+                "d_k is one head's width, not the model's; nothing is split again.",
+                "ch-multihead, d_k = d_model / heads is done before this count",
+                lambda **s: 2 * s["heads"] * s["t_q"] * s["t_k"]
+                * (s["d_k"] // s["heads"] + s["d_v"] // s["heads"])),
     ),
 )  # fmt: skip

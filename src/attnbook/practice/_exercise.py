@@ -73,6 +73,8 @@ class Exercise:
         keyword_call: call the function with keyword arguments (for integer formulas with
             many parameters) instead of positionally.
         output_names: names of the parts when the function returns a tuple.
+        solution: a worked solution, written as a reader would (``solution(name)`` shows
+            its source).
     """
 
     name: str
@@ -84,6 +86,7 @@ class Exercise:
     hint: str
     keyword_call: bool = False
     output_names: tuple[str, ...] = field(default=())
+    solution: Callable[..., Any] | None = None
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64, scale: float = 1.0):

@@ -33,11 +33,18 @@ def _sizes(t_q, t_k):
     return lambda: {"t_q": t_q, "t_k": t_k}
 
 
+def solution_causal_mask(t_q, t_k):
+    query_pos = torch.arange(t_q)[:, None] + (t_k - t_q)  # absolute positions, (Tq, 1)
+    key_pos = torch.arange(t_k)[None, :]  # (1, Tk)
+    return key_pos <= query_pos  # (Tq, Tk) bool
+
+
 CAUSAL_MASK = Exercise(
     name="causal_mask",
     chapter="ch-masking",
     signature="causal_mask(t_q, t_k)",
     reference=causal_mask,
+    solution=solution_causal_mask,
     hint="Write down the absolute position of query i and of key j, then the condition "
     "between them. Try it by hand on t_q = 2, t_k = 5: two new tokens reading a cache of 5.",
     cases=(
@@ -99,11 +106,17 @@ def _keys_real(lengths, t, *, left=False, inclusive=False):
     return j <= n if inclusive else j < n  # (B, T)
 
 
+def solution_padding_mask(lengths, t):
+    real = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]  # (B, T)
+    return real[:, None, None, :]  # (B, 1, 1, T)
+
+
 PADDING_MASK = Exercise(
     name="padding_mask",
     chapter="ch-masking",
     signature="padding_mask(lengths, t)",
     reference=padding_mask,
+    solution=solution_padding_mask,
     hint="Check the shape against scores (B, H, Tq, Tk) with torch.broadcast_shapes, and "
     "entry [b, 0, 0, j] against the question: is key j a real token of sequence b?",
     cases=(

@@ -5,7 +5,10 @@
     queries: ``m`` the largest score ``(..., Tq)`` (``-inf`` when the set is empty or fully
     masked), ``l = sum exp(s - m)`` ``(..., Tq)`` and ``u = sum exp(s - m) v`` ``(..., Tq, dv)``.
     Returns the tuple ``(m, l, u)`` of the union, with ``m`` the union's maximum. Merging two
-    empty states gives ``(-inf, 0, 0)``, never NaN.
+    empty states gives ``(-inf, 0, 0)``, never NaN. The three outputs have the dtype of the
+    inputs (all six tensors share one); a tuple, a list or a namedtuple is accepted. The
+    leading dims ``...`` may be several (batch, heads), and the tensors may be
+    non-contiguous views.
 """
 
 from __future__ import annotations
@@ -59,14 +62,33 @@ def _one_query_empty():
     return _states(scores, randn(2, 4, 2, seed=102), 2)()
 
 
+def _leading_and_views():
+    scores = randn(2, 2, 3, 6, seed=103, scale=2.0)
+    a = block_state(scores[..., :4], randn(2, 2, 4, 3, seed=104))
+    b = block_state(scores[..., 4:], randn(2, 2, 2, 3, seed=105))
+    # u as a non-contiguous view of the same numbers
+    u_a, u_b = a.u.mT.contiguous().mT, b.u.mT.contiguous().mT
+    return {"a": (a.m, a.l, u_a), "b": (b.m, b.l, u_b)}
+
+
 _HAND_SCORES = torch.tensor([[0.0, 2.0, 1.0, 5.0], [3.0, -1.0, 0.0, 1.0]])
 _HAND_VALUES = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0], [-1.0, 1.0]])
+
+
+def solution_merge(a, b):
+    (m_a, l_a, u_a), (m_b, l_b, u_b) = a, b
+    m = torch.maximum(m_a, m_b)  # (..., Tq)
+    shift = torch.where(m == float("-inf"), 0.0, m)  # both sides empty: any finite shift works
+    c_a, c_b = torch.exp(m_a - shift), torch.exp(m_b - shift)  # each at most 1
+    return m, c_a * l_a + c_b * l_b, c_a[..., None] * u_a + c_b[..., None] * u_b
+
 
 MERGE = Exercise(
     name="merge",
     chapter="ch-flash",
     signature="merge(a, b)",
     reference=merge,
+    solution=solution_merge,
     output_names=("m", "l", "u"),
     hint="Derive it once more from chapter 8: write l over the union as two sums, one per "
     "side, and express each term exp(s - m) through that side's own max.",
@@ -76,6 +98,8 @@ MERGE = Exercise(
         Case("random case: 2 x 3 queries, 5 keys split 2 + 3", "random", _random(3, 5, 4, 2, 91)),
         Case("random case: float32, 8 keys split 7 + 1", "random",
              _random(4, 8, 3, 7, 93, dtype=torch.float32)),
+        Case("random case: leading dims (2, 2), 3 queries, 6 keys split 4 + 2, u transposed "
+             "views", "random", _leading_and_views),
         Case("edge case: scores near 100 in b, near 0 in a (float32)", "edge",
              lambda: {"a": tuple(block_state(randn(1, 2, 3, seed=95, dtype=torch.float32),
                                              randn(1, 3, 2, seed=96, dtype=torch.float32))),

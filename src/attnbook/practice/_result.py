@@ -9,7 +9,7 @@ title says it in words too).
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from attnbook._checks import require_bool
@@ -42,6 +42,20 @@ class Result:
             ``MISTAKES[exercise]``), or None.
         message: what went wrong, on which input, and a hint; or what was checked.
         status: ``"correct"``, ``"not attempted"``, ``"known mistake"`` or ``"wrong"``.
+        cases: one line per case, in order: ``"✓ <case>"`` or ``"✗ <case>: <what went
+            wrong>"`` (``"· <case>: not run"`` after a call that hit the time limit).
+
+        kind: how the function failed, which picked the hint: ``"mistake"`` (a catalogued
+            one), ``"partial"`` (a catalogued one on most failing cases), ``"timeout"``,
+            ``"exception"``, ``"not_implemented"``, ``"view"``, ``"signature"``,
+            ``"some_cases"`` (fails only on some cases), ``"shape"``, ``"dtype"``,
+            ``"type"``, ``"nan"``, ``"mutated"``, ``"factor"`` (one constant ratio),
+            ``"generic"`` (only the exercise's own hint); ``"stub"`` for a stub, ``""``
+            when correct.
+
+    ``bool(result)`` is True only for status ``"correct"``, so ``assert check(name, fn)``
+    fails on a wrong answer and on an untouched stub (whose ``passed`` is True only so that
+    a chapter with unsolved exercises still runs).
 
     Raises:
         TypeError: ``exercise`` or ``message`` not a ``str``, ``passed`` not a ``bool``,
@@ -55,6 +69,11 @@ class Result:
     mistake: str | None
     message: str
     status: Status
+    cases: tuple[str, ...] = field(default=())
+    kind: str = ""
+
+    def __bool__(self) -> bool:
+        return self.status == "correct"
 
     def __post_init__(self) -> None:
         for name in ("exercise", "message"):
@@ -62,6 +81,10 @@ class Result:
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         require_bool("passed", self.passed)
+        if not isinstance(self.cases, tuple) or not all(isinstance(c, str) for c in self.cases):
+            raise TypeError("cases must be a tuple of str")
+        if not isinstance(self.kind, str):
+            raise TypeError(f"kind must be a str, got {type(self.kind).__name__}")
         if self.mistake is not None and not isinstance(self.mistake, str):
             raise TypeError(f"mistake must be a str or None, got {type(self.mistake).__name__}")
         if self.status not in _TITLES:
@@ -90,9 +113,10 @@ class Result:
     def _repr_html_(self) -> str:
         edge, tint = _COLOURS[self.status]
         paragraphs = "".join(
-            f'<p style="margin: 0.3em 0 0 0;">{html.escape(line)}</p>'
+            f'<p style="margin: {"0 0 0 1.2em" if line.startswith("  ") else "0.3em 0 0 0"};">'
+            f"{html.escape(line.strip())}</p>"
             for line in self.message.split("\n")
-            if line
+            if line.strip()
         )
         return (
             f'<div class="attnbook-verdict" style="border-left: 4px solid {edge}; '

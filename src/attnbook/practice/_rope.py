@@ -5,12 +5,17 @@
     absolute position). Returns a tensor like ``x`` (same shape and dtype) in which pair
     ``(p, p + d/2)`` of the token at position ``m`` is turned by the angle ``m * 10000**(-2p/d)``
     counter-clockwise (the rotate-half layout; ``attnbook.rope.apply_rope``'s default).
+    ``x`` may be a non-contiguous view (heads from ``split_heads``). The cases include
+    positions up to 4000 in float16 and bfloat16 inputs: there the angles must be computed
+    in float32 or wider (position times frequency in 16 bits is off by radians), and only
+    the final cos/sin or the result cast to ``x.dtype``.
 """
 
 from __future__ import annotations
 
 import torch
 
+from attnbook.heads import split_heads as _split_heads
 from attnbook.practice._exercise import Case, Exercise, Mistake, randn
 from attnbook.rope import apply_rope as _apply_rope
 
@@ -41,11 +46,22 @@ def _case(shape, positions, seed, dtype=torch.float64):
 
 ARANGE = torch.arange
 
+
+def solution_apply_rope(x, positions):
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    angles = positions.to(torch.float64)[:, None] * theta  # (T, d/2), never in 16 bits
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    a, b = x[..., : d // 2], x[..., d // 2 :]  # the two coordinates of every pair
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
 APPLY_ROPE = Exercise(
     name="apply_rope",
     chapter="ch-positions",
     signature="apply_rope(x, positions)",
     reference=apply_rope,
+    solution=solution_apply_rope,
     hint="Check one pair by hand: with d = 4, the token at position 1 turns pair 0, made of "
     "features 0 and 2, by 1 radian, and pair 1 (features 1 and 3) by 0.01 radian.",
     cases=(
@@ -56,12 +72,18 @@ APPLY_ROPE = Exercise(
              _case((2, 3, 6, 16), ARANGE(6), 81, torch.float32)),
         Case("random case: a chunk of 4 tokens at positions 100 to 103, d = 8", "random",
              _case((4, 8), 100 + ARANGE(4), 82)),
+        Case("random case: heads from split_heads (non-contiguous), 5 tokens, d = 8", "random",
+             lambda: {"x": _split_heads(randn(1, 5, 16, seed=87), 2), "positions": ARANGE(5)}),
         Case("edge case: one new token at position 37 (decoding with a cache)", "edge",
              _case((1, 2, 1, 8), torch.tensor([37]), 83)),
         Case("edge case: positions out of order, 5 2 9", "edge",
              _case((3, 6), torch.tensor([5, 2, 9]), 84)),
         Case("edge case: d = 2 (a single pair)", "edge", _case((4, 2), ARANGE(4) * 3, 85)),
         Case("edge case: float16", "edge", _case((2, 4, 8), ARANGE(4), 86, torch.float16)),
+        Case("edge case: float16, d = 64, positions 1000 to 4000", "edge",
+             _case((2, 4, 64), torch.tensor([1000, 1777, 2900, 4000]), 88, torch.float16)),
+        Case("edge case: bfloat16, positions 300 to 303, d = 16", "edge",
+             _case((3, 4, 16), 300 + ARANGE(4), 89, torch.bfloat16)),
     ),
     mistakes=(
         Mistake("rotates_backwards", "each pair turns clockwise (by -m·θ): the sine terms "

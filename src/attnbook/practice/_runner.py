@@ -1,19 +1,32 @@
 """The checking loop: run the reader's function on every case, then name the mistake.
 
-Order of questions: is it a stub (raises ``NotImplementedError`` on the first case)? Does it
-agree with the reference everywhere? If not, does it behave exactly like one of the
-catalogued wrong variants on every case? The message names the first case that fails.
+Order of questions: is it a stub (raises ``NotImplementedError`` on every case)? Does it agree
+with the reference everywhere? If not, does it behave exactly like one of the catalogued
+wrong variants on every case (then the verdict names it), or on most of the failing cases
+(then the verdict says on how many, and does not name it as *the* mistake)? The message
+names the first case that fails, lists every case with what happened there, and picks a hint
+that fits the kind of failure (an exception, a shape, a dtype, NaN, a change in place, one
+constant ratio, failures on some cases only).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import torch
 
-from attnbook.practice._compare import Outcome, call, difference, same_behaviour
+from attnbook.practice._compare import (
+    TIME_LIMIT_S,
+    Outcome,
+    as_count,
+    call,
+    difference,
+    ratio,
+    same_behaviour,
+)
 from attnbook.practice._exercise import Exercise, Mistake
 from attnbook.practice._result import Result
 
@@ -34,23 +47,31 @@ def _prepared(exercise: Exercise) -> tuple[tuple[dict[str, Any], Any], ...]:
 
 
 @cache
+def _variant_wrong(exercise: Exercise, variant: Callable[..., Any]) -> tuple[bool, ...]:
+    """On which cases a catalogued variant differs from the reference."""
+    return tuple(
+        _failure(exercise, outcome, expected) is not None
+        for outcome, (_, expected) in zip(
+            _variant_outcomes(exercise, variant), _prepared(exercise), strict=True
+        )
+    )
+
+
+@cache
 def _variant_outcomes(exercise: Exercise, variant: Callable[..., Any]) -> tuple[Outcome, ...]:
     return tuple(
         call(variant, inputs, keyword=exercise.keyword_call) for inputs, _ in _prepared(exercise)
     )
 
 
-def _matches(exercise: Exercise, mistake: Mistake, outcomes: list[Outcome]) -> bool:
-    """The reader's function behaves like one way of making ``mistake`` on every case."""
-    return any(
-        all(map(same_behaviour, _variant_outcomes(exercise, variant), outcomes))
-        for variant in mistake.variants
-    )
-
-
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
-        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+        text = f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+        if value.numel() > 1 and 0 in value.stride():
+            text += " expanded"
+        elif not value.is_contiguous():
+            text += " non-contiguous"
+        return text
     if isinstance(value, tuple | list) and all(isinstance(v, torch.Tensor) for v in value):
         return "(" + ", ".join(_describe(v) for v in value) + ")"
     if isinstance(value, torch.dtype):
@@ -67,46 +88,82 @@ def describe_inputs(inputs: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _failure(exercise: Exercise, outcome: Outcome, expected: Any) -> str | None:
+@dataclass(frozen=True)
+class Failure:
+    """What went wrong on one case: ``kind`` and a phrase that completes "On the case: ..."."""
+
+    kind: str  # exception, not_implemented, timeout, not_run, mutated, or a Difference kind
+    text: str
+    short: str = ""
+
+
+def _first_line(error: BaseException) -> str:
+    try:
+        return (str(error).strip().splitlines() or [""])[0][:200].rstrip(".")
+    except Exception:
+        return ""
+
+
+def _failure(exercise: Exercise, outcome: Outcome | None, expected: Any) -> Failure | None:
+    if outcome is None:
+        return Failure("not_run", "not run (an earlier call hit the time limit)", "not run")
+    if outcome.timed_out:
+        return Failure("timeout", f"your function did not return within {TIME_LIMIT_S:g} s "
+                                  "(the checker's limit per call)",
+                       f"did not return within {TIME_LIMIT_S:g} s")  # fmt: skip
     if outcome.error is not None:
         error = outcome.error
-        first = (str(error).strip().splitlines() or [""])[0][:200]
+        first = _first_line(error)
         text = f"your function raised {type(error).__name__}" + (f": {first}" if first else "")
         if isinstance(error, TypeError) and "argument" in first:
             text += f" (the checker calls {exercise.signature})"
-        return text
+        kind = "not_implemented" if isinstance(error, NotImplementedError) else "exception"
+        return Failure(kind, text, text.removeprefix("your function ")[:120])
     if outcome.mutated is not None:
-        return (
-            f"your function changed its input {outcome.mutated} in place; work on new tensors "
-            f"(x = x / 2, not x /= 2) so the caller's data stays as it was"
+        return Failure(
+            "mutated",
+            f"your function changed its input {outcome.mutated} in place",
+            f"changed {outcome.mutated} in place",
         )
     why = difference(expected, outcome.value, exercise.output_names)
-    return f"your result {why}" if why else None
+    return Failure(why.kind, f"your result {why.text}", why.short) if why else None
 
 
-def _constant_factor(exercise: Exercise, outcomes: list[Outcome]) -> float | None:
-    """The one ratio reader/reference shared by every case that fails, if there is one."""
-    ratios = []
+def _ratios(expected: Any, got: Any) -> list[float] | None:
+    if isinstance(expected, int):
+        value, _ = as_count(got)
+        r = ratio(value, expected) if value is not None and expected else None
+        return None if r is None else [r]
+    if (
+        isinstance(expected, torch.Tensor)
+        and isinstance(got, torch.Tensor)
+        and got.shape == expected.shape
+        and expected.is_floating_point()
+        and got.is_floating_point()
+    ):
+        e, g = expected.double().flatten(), got.detach().double().flatten()
+        big = e.abs() > 1e-3
+        if big.any() and torch.isfinite(g).all():
+            return (g[big] / e[big]).tolist()
+        return []
+    return None
+
+
+def _constant_factor(exercise: Exercise, outcomes: list[Outcome | None]) -> float | None:
+    """The one ratio reader/reference shared by every case, if there is one (not 1)."""
+    ratios: list[float] = []
     for (_, expected), outcome in zip(_prepared(exercise), outcomes, strict=True):
-        got = outcome.value
-        if outcome.error is not None or got is None:
+        if outcome is None or outcome.error is not None or outcome.timed_out:
             return None
-        if isinstance(expected, int) and isinstance(got, int | float) and expected:
-            ratios.append(got / expected)
-        elif (
-            isinstance(expected, torch.Tensor)
-            and isinstance(got, torch.Tensor)
-            and got.shape == expected.shape
-            and expected.is_floating_point()
-            and got.is_floating_point()
-        ):
-            e, g = expected.double().flatten(), got.detach().double().flatten()
-            big = e.abs() > 1e-3
-            if big.any() and torch.isfinite(g).all():
-                ratios.extend((g[big] / e[big]).tolist())
+        found = _ratios(expected, outcome.value)
+        if found is None:
+            return None
+        ratios.extend(found)
     if not ratios or all(abs(r - 1) < 1e-3 for r in ratios):
         return None
     first = ratios[0]
+    if abs(first) < 1e-6:
+        return None  # all zeros: no factor to speak of
     return first if all(abs(r - first) <= 1e-3 * abs(first) for r in ratios) else None
 
 
@@ -122,51 +179,230 @@ def _summary(exercise: Exercise) -> str:
     )
 
 
+def _best_partial(
+    exercise: Exercise, outcomes: list[Outcome | None], failing: list[int]
+) -> tuple[Mistake, int] | None:
+    """The catalogued mistake the reader's outputs equal on most failing cases (at least
+    half of them, and at least one), counting only cases where that mistake is wrong too."""
+    best: tuple[Mistake, int] | None = None
+    failing = [i for i in failing if outcomes[i] is not None]
+    for mistake in exercise.mistakes:
+        for variant in mistake.variants:
+            theirs = _variant_outcomes(exercise, variant)
+            wrong = _variant_wrong(exercise, variant)
+            k = sum(1 for i in failing if wrong[i] and same_behaviour(theirs[i], outcomes[i]))
+            if k and (best is None or k > best[1]):
+                best = (mistake, k)
+    if best is not None and 2 * best[1] >= len(failing):
+        return best
+    return None
+
+
+def _full_match(exercise: Exercise, outcomes: list[Outcome | None]) -> Mistake | None:
+    if any(o is None for o in outcomes):
+        return None
+    for mistake in exercise.mistakes:
+        for variant in mistake.variants:
+            theirs = _variant_outcomes(exercise, variant)
+            if all(map(same_behaviour, theirs, outcomes)):
+                return mistake
+    return None
+
+
+def _labels(exercise: Exercise, indices: list[int]) -> str:
+    return "; ".join(exercise.cases[i].label for i in indices)
+
+
+_VIEW_WORDS = ("view size is not compatible", "use .reshape", "not contiguous")
+
+
+def _kind_hint(
+    exercise: Exercise,
+    failures: list[Failure | None],
+    factor: float | None,
+) -> tuple[str, str]:
+    """A hint that fits how the function failed, and the name of that kind."""
+    failing = [i for i, f in enumerate(failures) if f is not None]
+    passing = [i for i, f in enumerate(failures) if f is None]
+    kinds = {failures[i].kind for i in failing}  # type: ignore[union-attr]
+    first = failures[failing[0]]
+    assert first is not None
+    if "timeout" in kinds:
+        hung = [i for i in failing if failures[i].kind == "timeout"]  # type: ignore[union-attr]
+        return "timeout", (
+            f"Your function did not return within {TIME_LIMIT_S:g} s on the "
+            f"{_labels(exercise, hung)}. "
+            "Look for a loop whose condition never changes, or a Python loop over a number "
+            "that grows much faster than the inputs; every case is small."
+        )
+    if "mutated" in kinds:
+        return "mutated", (
+            "Work on new tensors (x = x / 2, not x /= 2; torch.cat, not writing into a slice "
+            "of an input) so the caller's data stays as it was."
+        )
+    if kinds <= {"not_implemented", "exception"} and "not_implemented" in kinds:
+        cases = [i for i in failing if failures[i].kind == "not_implemented"]  # type: ignore[union-attr]
+        return "not_implemented", (
+            f"Some cases still reach `raise NotImplementedError` ({_labels(exercise, cases)}): "
+            "a branch of your function is not written yet."
+        )
+    if first.kind == "exception":
+        text = first.text
+        if any(word in text for word in _VIEW_WORDS):
+            return "view", (
+                "view() needs memory laid out to match; the checker also passes non-contiguous "
+                "inputs (the output of split_heads, a slice of a fused projection). Use "
+                "reshape(), or call .contiguous() first."
+            )
+        if "the checker calls" in text:
+            return "signature", f"Define your function with the signature {exercise.signature}."
+        where = _labels(exercise, failing)
+        if passing:
+            return "some_cases", (
+                f"It raises only on these cases: {where}. Your function works elsewhere, so "
+                f"the cause is what these inputs have in common; describe({exercise.name!r}) "
+                "says what the contract asks there."
+            )
+        return "exception", (
+            "Run your function on the hand case yourself and read the traceback; "
+            f"describe({exercise.name!r}) gives the shapes of every input."
+        )
+    if "shape" in kinds:
+        shape = next(f for f in failures if f is not None and f.kind == "shape")
+        return "shape", (
+            f"The output's shape is wrong ({shape.short} on the first such case). Print the "
+            "shape after every step; the contract, "
+            f"describe({exercise.name!r}), gives the shape the result must have."
+        )
+    if "dtype" in kinds:
+        return "dtype", (
+            "The dtype is part of the contract: return the dtype the reference has (that of "
+            "the input tensors; see describe()). Compute in float64 if you like, then cast "
+            "back with .to(x.dtype)."
+        )
+    if "type" in kinds:
+        return "type", (
+            f"Return what {exercise.signature} promises (describe({exercise.name!r})): a "
+            "tensor, a tuple of tensors or a number, not a list, None or a string."
+        )
+    if "nan" in kinds or "inf" in kinds:
+        return "nan", (
+            "Non-finite numbers appear where the reference has numbers. Usual causes: exp() "
+            "of a large score (inf above about 88 in float32, 11 in float16), 0 / 0 on an "
+            "empty or fully masked row, -inf - (-inf). They appear on: "
+            f"{_labels(exercise, failing)}."
+        )
+    if factor is not None:
+        return "factor", (
+            f"On every case your numbers are {factor:.4g} times the reference's: one factor "
+            f"is missing, extra or inverted. Which part of the formula is worth {factor:.4g} "
+            f"(or {1 / factor:.4g}) on these cases?"
+        )
+    if passing:
+        return "some_cases", (
+            f"It is right on {len(passing)} of {len(failures)} cases and wrong only on: "
+            f"{_labels(exercise, failing)}. What do these cases have that the others lack? "
+            f"{exercise.hint}"
+        )
+    return "generic", exercise.hint
+
+
+def _case_lines(exercise: Exercise, failures: list[Failure | None]) -> tuple[str, ...]:
+    lines = []
+    for case, failure in zip(exercise.cases, failures, strict=True):
+        if failure is None:
+            lines.append(f"✓ {case.label}")
+        elif failure.kind == "not_run":
+            lines.append(f"· {case.label}: {failure.short}")
+        else:
+            lines.append(f"✗ {case.label}: {failure.short}")
+    return tuple(lines)
+
+
 def run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
     """Check ``fn`` against ``exercise``; see :func:`attnbook.practice.check`."""
+    try:
+        return _run(exercise, fn)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # never propagate: say what could not be compared
+        return Result(
+            exercise.name, False, None,
+            f"The checker could not compare your function's output ({type(error).__name__}: "
+            f"{_first_line(error)}). Return what {exercise.signature} promises "
+            f"(describe({exercise.name!r})).",
+            "wrong", kind="unreadable",
+        )  # fmt: skip
+
+
+def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
     name = exercise.name
     if not callable(fn):
         return Result(
             name, False, None,
             f"check needs your function itself, got a value of type {type(fn).__name__}. Pass it "
             f"without calling it: check({name!r}, my_function).",
-            "wrong",
+            "wrong", kind="type",
         )  # fmt: skip
     prepared = _prepared(exercise)
-    outcomes: list[Outcome] = []
+    outcomes: list[Outcome | None] = []
     for inputs, _ in prepared:
-        outcome = call(fn, inputs, keyword=exercise.keyword_call)
-        if not outcomes and isinstance(outcome.error, NotImplementedError):
-            return Result(
-                name, True, None,
-                "Not attempted yet: replace `raise NotImplementedError` with your code and run "
-                "the cell again. (This counts as a pass only so that the chapter still runs.)",
-                "not attempted",
-            )  # fmt: skip
-        outcomes.append(outcome)
+        if outcomes and (outcomes[-1] is None or outcomes[-1].timed_out):
+            outcomes.append(None)  # a function that hung once would hang again: stop here
+            continue
+        outcomes.append(call(fn, inputs, keyword=exercise.keyword_call, limit=TIME_LIMIT_S))
+    if all(o is not None and isinstance(o.error, NotImplementedError) for o in outcomes):
+        return Result(
+            name, True, None,
+            "Not attempted yet: replace `raise NotImplementedError` with your code and run "
+            "the cell again. (This counts as a pass only so that the chapter still runs.)",
+            "not attempted", kind="stub",
+        )  # fmt: skip
 
     failures = [
-        (i, why)
-        for i, ((_, expected), outcome) in enumerate(zip(prepared, outcomes, strict=True))
-        if (why := _failure(exercise, outcome, expected)) is not None
+        _failure(exercise, outcome, expected)
+        for (_, expected), outcome in zip(prepared, outcomes, strict=True)
     ]
-    if not failures:
+    lines = _case_lines(exercise, failures)
+    failing = [i for i, f in enumerate(failures) if f is not None]
+    if not failing:
         return Result(name, True, None, f"Your {exercise.signature} is right. {_summary(exercise)}",
-                      "correct")  # fmt: skip
+                      "correct", lines)  # fmt: skip
 
-    i, why = failures[0]
-    case = exercise.cases[i]
-    where = f"On the {case.label} ({describe_inputs(prepared[i][0])}): {why}."
-    for mistake in exercise.mistakes:
-        if _matches(exercise, mistake, outcomes):
-            return Result(
-                name, False, mistake.id,
-                f"{where}\nThis is a known mistake: {mistake.description}\n"
-                f"Hint: {mistake.hint}",
-                "known mistake",
-            )  # fmt: skip
-    count = f"{len(failures)} of {len(prepared)} cases fail."
+    i = failing[0]
+    case, why = exercise.cases[i], failures[i]
+    assert why is not None
+    where = f"On the {case.label} ({describe_inputs(prepared[i][0])}): {why.text}."
+    not_run = sum(1 for f in failures if f is not None and f.kind == "not_run")
+    count = f"{len(failing) - not_run} of {len(prepared)} cases fail"
+    count += f" and {not_run} were not run" if not_run else ""
+    listing = f"{count}:\n" + "\n".join(f"  {line}" for line in lines)
+    mistake = _full_match(exercise, outcomes)
+    if mistake is not None:
+        return Result(
+            name, False, mistake.id,
+            f"{where}\nThis is a known mistake: {mistake.description}\n{listing}\n"
+            f"Hint: {mistake.hint}",
+            "known mistake", lines, kind="mistake",
+        )  # fmt: skip
+    partial = _best_partial(exercise, outcomes, failing)
     factor = _constant_factor(exercise, outcomes)
+    if partial is not None:
+        mistake, k = partial
+        tail = "and differs from it elsewhere" if k < len(failing) else "but is right elsewhere"
+        text = (
+            f"{where}\nIt matches the known mistake {mistake.id} on {k} of the {len(failing)} "
+            f"failing cases ({mistake.description[:1].lower() + mistake.description[1:]}) "
+            f"{tail}.\n{listing}\nHint: {mistake.hint}"
+        )
+        return Result(name, False, None, text, "wrong", lines, kind="partial")
+    kind, hint = _kind_hint(exercise, failures, factor)
+    extra = ""
     if factor is not None:
-        count += f" On every case your numbers are {factor:.4g} times the reference's."
-    return Result(name, False, None, f"{where}\n{count}\nHint: {exercise.hint}", "wrong")
+        extra = f"\nOn every case your numbers are {factor:.4g} times the reference's."
+    return Result(
+        name, False, None, f"{where}{extra}\n{listing}\nHint: {hint}", "wrong", lines, kind=kind
+    )
+
+
+__all__ = ["TIME_LIMIT_S", "describe_inputs", "run"]
