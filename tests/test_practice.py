@@ -157,7 +157,7 @@ def test_verdict_html_is_static_and_escaped():
     assert "a &lt;tag&gt; &amp; &#x27;quote&#x27;" in tricky._repr_html_()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(factor=st.floats(0.05, 20.0).filter(lambda c: abs(c - 1) > 0.01))
 def test_a_constant_factor_is_never_given_a_catalogued_name(factor):
     # Every catalogued scale mistake depends on dk, and the cases use several dk, so a

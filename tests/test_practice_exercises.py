@@ -15,6 +15,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import attnbook.attention
 import attnbook.costs
 import attnbook.heads
+import attnbook.induction
 import attnbook.masks
 import attnbook.online_softmax
 import attnbook.rope
@@ -203,6 +204,94 @@ def merge_where(a, b):
     return m, ca * a[1] + cb * b[1], ca.unsqueeze(-1) * a[2] + cb.unsqueeze(-1) * b[2]
 
 
+def masked_sdpa_guarded(q, k, v, mask):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return torch.where(mask.any(-1, keepdim=True), out, 0.0)  # SDPA gives NaN on empty rows
+
+
+def masked_package(q, k, v, mask):
+    return attnbook.attention.attention(q, k, v, mask)
+
+
+def masked_where(q, k, v, mask):
+    s = (q @ k.mT) / math.sqrt(q.shape[-1])
+    s = torch.where(mask, s, float("-inf"))
+    top = s.amax(-1, keepdim=True).nan_to_num(0.0, neginf=0.0) if s.shape[-1] else s
+    e = torch.exp(s - top)
+    return e / e.sum(-1, keepdim=True).clamp(min=torch.finfo(e.dtype).tiny) @ v
+
+
+def gqa_sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def gqa_expand(q, k, v):
+    b, hkv, t, d = k.shape
+    g = q.shape[1] // hkv
+    k = k[:, :, None].expand(b, hkv, g, t, d).reshape(b, hkv * g, t, d)
+    v = v[:, :, None].expand(b, hkv, g, t, v.shape[-1]).reshape(b, hkv * g, t, v.shape[-1])
+    return attnbook.attention.attention(q, k, v)
+
+
+def gqa_grouped_queries(q, k, v):
+    b, hq, tq, d = q.shape
+    hkv = k.shape[1]
+    qg = q.reshape(b, hkv, hq // hkv, tq, d)  # (B, Hkv, g, Tq, d): neighbours share a kv head
+    w = torch.softmax(qg @ k[:, :, None].mT / math.sqrt(d), -1)
+    return (w @ v[:, :, None]).reshape(b, hq, tq, v.shape[-1])
+
+
+def decode_with_package(q, k, v, cache_k, cache_v):
+    pos = torch.tensor([cache_k.shape[-2]])
+    keys = torch.cat([cache_k, attnbook.rope.apply_rope(k, pos)], -2)
+    values = torch.cat([cache_v, v], -2)
+    out = attnbook.attention.attention(attnbook.rope.apply_rope(q, pos), keys, values)
+    return out, keys, values
+
+
+def decode_sdpa_fp32_angles(q, k, v, cache_k, cache_v):
+    d, p = q.shape[-1], cache_k.shape[-2]
+    inv = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)
+    ang = torch.cat([p * inv, p * inv])
+    cos, sin = ang.cos().to(q.dtype), ang.sin().to(q.dtype)
+
+    def rot(x):
+        return x * cos + torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1) * sin
+
+    keys, values = torch.cat([cache_k, rot(k)], -2), torch.cat([cache_v, v], -2)
+    return F.scaled_dot_product_attention(rot(q), keys, values), keys, values
+
+
+def backward_autograd(q, k, v, out, lse, d_out):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(q, k, v)
+    return torch.autograd.grad(o, (q, k, v), d_out)
+
+
+def backward_einsum(q, k, v, out, lse, d_out):
+    c = q.shape[-1] ** -0.5
+    p = torch.exp(torch.einsum("...id,...jd->...ij", q, k) * c - lse.unsqueeze(-1))
+    dp = torch.einsum("...id,...jd->...ij", d_out, v)
+    ds = p * (dp - torch.einsum("...id,...id->...i", d_out, out).unsqueeze(-1))
+    return (torch.einsum("...ij,...jd->...id", ds, k) * c,
+            torch.einsum("...ij,...id->...jd", ds, q) * c,
+            torch.einsum("...ij,...id->...jd", p, d_out))  # fmt: skip
+
+
+def score_package(weights, lengths):
+    return attnbook.induction.induction_score(weights, lengths)
+
+
+def score_loops(weights, lengths):
+    total = torch.zeros(weights.shape[:-4] + weights.shape[-3:-2], dtype=torch.float64)
+    count = 0
+    for i, n in enumerate(lengths.tolist()):
+        for t in range(n, 2 * n):
+            total += weights[..., i, :, t, t - n + 1].double()
+            count += 1
+    return (total / count).to(weights.dtype)
+
+
 CORRECT = {
     "attention": [F.scaled_dot_product_attention, attention_einsum, attention_loop,
                   attention_logsumexp_fp64, attention_tiled, attnbook.attention.attention],
@@ -216,6 +305,11 @@ CORRECT = {
                    rope_matrices],
     "attention_flops": [flops_counted, flops_per_matmul],
     "merge": [merge_package, merge_nan_to_num, merge_where],
+    "masked_attention": [masked_sdpa_guarded, masked_package, masked_where],
+    "gqa_attention": [gqa_sdpa, gqa_expand, gqa_grouped_queries],
+    "decode_step": [decode_with_package, decode_sdpa_fp32_angles],
+    "attention_backward": [backward_autograd, backward_einsum],
+    "induction_score": [score_package, score_loops],
 }  # fmt: skip
 
 
@@ -282,6 +376,53 @@ def _merge(a, b, *, l_scale=True, u_scale=True, inverted=False, guard=True, m=No
     la, lb = (ca, cb) if l_scale else (1.0, 1.0)
     ua, ub = (ca[..., None], cb[..., None]) if u_scale else (1.0, 1.0)
     return m, la * a[1] + lb * b[1], ua * a[2] + ub * b[2]
+
+
+def _masked(q, k, v, mask, fill=float("-inf"), after=False, guard=True, invert=False):
+    keep = ~mask if invert else mask
+    s = q @ k.mT / math.sqrt(q.shape[-1])
+    if after:
+        return (torch.softmax(s, -1) * keep) @ v
+    w = torch.softmax(s.masked_fill(~keep, fill), -1)
+    return (w.nan_to_num(0.0) if guard else w) @ v
+
+
+def _rot(x, p):
+    return attnbook.rope.apply_rope(x, torch.tensor([p]))
+
+
+def _decode(q, k, v, ck, cv, off=0, rq=True, rk=True, append=True, read_new=True, again=False):
+    p = max(ck.shape[-2] + off, 0)
+    qq, kk = (_rot(q, p) if rq else q), (_rot(k, p) if rk else k)
+    keys, values = torch.cat([ck, kk], -2), torch.cat([cv, v], -2)
+    if again:
+        keys = attnbook.rope.apply_rope(keys, torch.arange(keys.shape[-2]))
+    out = attnbook.attention.attention(qq, keys if read_new else ck, values if read_new else cv)
+    return (out, keys, values) if append else (out, ck, cv)
+
+
+def _bwd(q, k, v, out, lse, d_out, row=True, total=False, scale_s=True, use_lse=True, sg=True):
+    c = 1 / math.sqrt(q.shape[-1])
+    s = q @ k.mT * (c if scale_s else 1)
+    p = (s - lse[..., None]).exp() if use_lse else s.exp()
+    d = (d_out * out).sum((-2, -1) if total else -1, keepdim=True) if row else 0
+    ds = p * (d_out @ v.mT - d)
+    g = c if sg else 1
+    return ds @ k * g, ds.mT @ q * g, p.mT @ d_out
+
+
+def _ind(w, n, shift=1, prev=False, last=1, pad=False, pooled=True, product=False, tr=False):
+    if tr:
+        w = w.mT
+    t = w.shape[-1]
+    pos = torch.arange(t)
+    keep = (pos >= n[:, None]) & ((pos <= 2 * n[:, None] - 2 + last) | pad)
+    tgt = (pos - 1 if prev else pos - n[:, None] + shift).clamp(0, t - 1).expand(len(n), t)
+    on = torch.take_along_dim(w, tgt[:, None, :, None].expand(*w.shape[:-1], 1), -1)[..., 0]
+    kept = on * keep[:, None] if product else torch.where(keep[:, None], on, 0.0)
+    if pooled:
+        return kept.sum((-3, -1)) / keep.sum()
+    return (kept.sum(-1) / keep.sum(-1)[:, None]).mean(-2)
 
 
 T_ = torch.ones
@@ -376,6 +517,51 @@ PLANTED = {
         "l_not_rescaled": lambda a, b: _merge(a, b, l_scale=False),
         "nan_on_empty": lambda a, b: _merge(a, b, guard=False),
         "max_not_kept": lambda a, b: _merge(a, b, m=b[0]),
+    },
+    "masked_attention": {
+        "mask_after_softmax": lambda q, k, v, m: _masked(q, k, v, m, after=True),
+        "nan_on_fully_masked": lambda q, k, v, m: _masked(q, k, v, m, guard=False),
+        "fill_finite_minimum": lambda q, k, v, m: _masked(q, k, v, m, torch.finfo(q.dtype).min),
+        "inverted": lambda q, k, v, m: _masked(q, k, v, m, invert=True),
+        "added_as_numbers": lambda q, k, v, m: torch.softmax(
+            q @ k.mT / math.sqrt(q.shape[-1]) + m, -1) @ v,
+        "mask_ignored": lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v),
+    },
+    "gqa_attention": {
+        "repeat_not_interleave": lambda q, k, v: F.scaled_dot_product_attention(
+            q, k.repeat(1, q.shape[1] // k.shape[1], 1, 1),
+            v.repeat(1, q.shape[1] // k.shape[1], 1, 1)),
+        "first_kv_head_only": lambda q, k, v: F.scaled_dot_product_attention(
+            q, k[:, :1].expand(-1, q.shape[1], -1, -1), v[:, :1].expand(-1, q.shape[1], -1, -1)),
+        "repeat_on_token_axis": lambda q, k, v: F.scaled_dot_product_attention(
+            q, k.repeat_interleave(q.shape[1] // k.shape[1], 2),
+            v.repeat_interleave(q.shape[1] // k.shape[1], 2)),
+    },
+    "decode_step": {
+        "position_zero": lambda *a: _decode(*a, off=-10**6),
+        "position_after_append": lambda *a: _decode(*a, off=1),
+        "position_of_last_cached": lambda *a: _decode(*a, off=-1),
+        "cache_not_appended": lambda *a: _decode(*a, append=False),
+        "new_token_not_read": lambda *a: _decode(*a, read_new=False),
+        "key_not_rotated": lambda *a: _decode(*a, rk=False),
+        "query_not_rotated": lambda *a: _decode(*a, rq=False),
+        "cache_rotated_again": lambda *a: _decode(*a, again=True),
+    },
+    "attention_backward": {
+        "no_row_term": lambda *a: _bwd(*a, row=False),
+        "row_term_summed_over_everything": lambda *a: _bwd(*a, total=True),
+        "scores_not_scaled": lambda *a: _bwd(*a, scale_s=False),
+        "lse_ignored": lambda *a: _bwd(*a, use_lse=False),
+        "grads_not_scaled": lambda *a: _bwd(*a, sg=False),
+    },
+    "induction_score": {
+        "targets_previous_occurrence": lambda w, n: _ind(w, n, shift=0),
+        "previous_token_target": lambda w, n: _ind(w, n, prev=True),
+        "last_query_left_out": lambda w, n: _ind(w, n, last=0),
+        "padding_scored": lambda w, n: _ind(w, n, pad=True),
+        "mean_of_sequence_means": lambda w, n: _ind(w, n, pooled=False),
+        "nan_from_padding": lambda w, n: _ind(w, n, product=True),
+        "weights_transposed": lambda w, n: _ind(w, n, tr=True),
     },
 }  # fmt: skip
 

@@ -42,7 +42,15 @@ name                signature                                                   
 ``merge``           ``merge(a, b)`` on online-softmax states ``(m, l, u)``               8
 ==================  ==================================================================  =====
 
-New exercises (each with its catalogue of mistakes) are listed in ``EXERCISES`` after these.
+Exercises added for issue 30, each with its own catalogue of mistakes:
+
+* ``gqa_attention(q, k, v)``: grouped-query attention, ``Hq`` a multiple of ``Hkv`` (ch. 3);
+* ``masked_attention(q, k, v, mask)``: True = may attend, a fully masked row reads 0 (ch. 4);
+* ``attention_backward(q, k, v, out, lse, d_out)`` -> ``(d_q, d_k, d_v)`` from the saved
+  output and log-sum-exp (ch. 8);
+* ``decode_step(q, k, v, cache_k, cache_v)`` -> ``(out, cache_k, cache_v)``: RoPE at the new
+  token's position, append, read (ch. 13);
+* ``induction_score(weights, lengths)``: the prefix-matching score of chapter 14.
 
 ``EXERCISES`` lists the names and ``MISTAKES[name]`` the catalogued ``(id, description)``
 pairs of one exercise.
@@ -57,10 +65,12 @@ from collections.abc import Callable
 from typing import Any
 
 from attnbook.practice._attention import ATTENTION, SCALED_SCORES
+from attnbook.practice._capstones import ATTENTION_BACKWARD, INDUCTION_SCORE
 from attnbook.practice._compare import TIME_LIMIT_S
 from attnbook.practice._costs import ATTENTION_FLOPS, KV_CACHE_BYTES
 from attnbook.practice._exercise import Exercise
 from attnbook.practice._heads import MERGE_HEADS, SPLIT_HEADS
+from attnbook.practice._masked import DECODE_STEP, GQA_ATTENTION, MASKED_ATTENTION
 from attnbook.practice._masks import CAUSAL_MASK, PADDING_MASK
 from attnbook.practice._online_softmax import MERGE
 from attnbook.practice._result import Result
@@ -88,11 +98,16 @@ _REGISTRY: dict[str, Exercise] = {
         SPLIT_HEADS,
         MERGE_HEADS,
         KV_CACHE_BYTES,
+        GQA_ATTENTION,
         CAUSAL_MASK,
         PADDING_MASK,
+        MASKED_ATTENTION,
         APPLY_ROPE,
         ATTENTION_FLOPS,
         MERGE,
+        ATTENTION_BACKWARD,
+        DECODE_STEP,
+        INDUCTION_SCORE,
     )
 }
 
