@@ -31,7 +31,7 @@ NBVAL_FLAGS = -p no:cacheprovider $(NBVAL_MODE) --nbval-current-env \
               --nbval-sanitize-with tests/nbval_sanitize.cfg
 NBVAL  = $(NBVAL_ENV) $(BIN)/pytest $(NBVAL_FLAGS) notebooks/
 
-.PHONY: book test unit notebooks lint sync lab serve pdf bench sweep clean distclean setup browser-deps
+.PHONY: book test site-checks unit notebooks lint sync lab serve pdf bench sweep clean distclean setup browser-deps
 
 setup: $(STAMP) $(ASSETS)
 
@@ -91,47 +91,57 @@ lint: setup
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/zizmor --offline --quiet .github/workflows/
 
-# Each chapter executes three times, once per CPU code path: here under strict nbval on the
-# declared path, then in the background in the Colab-like runtime (the no-vector path) and on
-# this machine's native path (tests/test_cpu_paths.py); the site build executes none (checked
-# by prime_cache.py --verify). Two cores, two lanes. While the unit tests, strict nbval and
-# the site build run, a background job runs the Colab-like runtime, the native-path run, the
-# tests that train models (marker slow) and then the JupyterLab test (it needs the chapters,
-# not the site). Once the site is built, the
-# site's browser tests run beside a second job: the phone-width pass, the screenshots and the
-# whole-book PDF (then the link check, which reads the PDF). The lanes are sized to finish
-# together (benchmarks/RESULTS.md); chapters and tests use one thread each. Logs are printed
-# at the end. Each background job is its own process group (setsid), so a failure elsewhere
-# stops it with everything it started (kernels, the JupyterLab server, Chromium).
+# Each chapter executes three times, once per CPU code path: under strict nbval on the declared
+# path, in the Colab-like runtime on the no-vector path, and on this machine's native path
+# (tests/test_cpu_paths.py); the site build executes none (checked by prime_cache.py --verify).
+# Three lanes start together and share the two cores: strict nbval with the unit tests (two
+# xdist workers, one notebook or test file each at a time), the runtime lane (two workers: the
+# Colab-like runtime, the native-path run and the tests that train models, marker slow), and
+# the site lane (`make site-checks`: the build from stored outputs, then the browser tests of
+# the site and of JupyterLab beside the phone-width pass, the screenshots and the whole-book
+# PDF, whose link check reads the PDF). Chapters and tests use one thread each, and most of a
+# chapter's run is waiting on a kernel, so more lanes than cores keeps both busy
+# (benchmarks/RESULTS.md). Logs are printed at the end. Each background lane is its own
+# process group (setsid), so a failure elsewhere stops it with everything it started (kernels,
+# the JupyterLab server, Chromium).
 RUNTIME_LOG := _build/background-tests.log
+SITE_LOG    := _build/site-tests.log
 SIDE_LOG    := _build/side-browser-tests.log
 SIDE_TESTS  := tests/test_site.py::test_pages_fit_a_phone \
                tests/test_site.py::test_screenshots_for_review \
                tests/test_site.py::test_whole_book_pdf_builds_with_sane_page_and_figure_counts \
                tests/test_site.py::test_every_internal_link_and_anchor_resolves  # after the PDF
 BROWSER     := env ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -m browser
+WORKERS     := -n 2 --dist loadfile
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
-	setsid sh -c '$(BIN)/pytest -q -p no:cacheprovider -m "(runtime or slow) and not browser" \
-	    tests/; status=$$?; $(BROWSER) tests/test_jupyterlab.py && exit $$status' \
-	    > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
-	trap 'kill -- -$$runtime 2> /dev/null || true' EXIT; \
+	setsid $(BIN)/pytest -q -p no:cacheprovider $(WORKERS) \
+	    -m "(runtime or slow) and not browser" tests/ > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
+	setsid $(MAKE) --no-print-directory site-checks > $(SITE_LOG) 2>&1 & site=$$!; \
+	trap 'kill -- -$$runtime -$$site 2> /dev/null || true' EXIT; \
 	set -x; \
 	$(MAKE) --no-print-directory lint; \
-	$(NBVAL_ENV) $(BIN)/pytest -q $(NBVAL_FLAGS) -m "not browser and not runtime and not slow" \
-	    tests/ notebooks/; \
-	$(MAKE) --no-print-directory book; \
-	$(BIN)/python scripts/prime_cache.py --verify; \
-	setsid $(BROWSER) $(SIDE_TESTS) > $(SIDE_LOG) 2>&1 & side=$$!; \
-	trap 'kill -- -$$runtime -$$side 2> /dev/null || true' EXIT; \
-	$(BROWSER) tests/ --ignore tests/test_jupyterlab.py $(foreach t,$(SIDE_TESTS),--deselect $(t)); \
+	$(NBVAL_ENV) $(BIN)/pytest -q $(WORKERS) $(NBVAL_FLAGS) \
+	    -m "not browser and not runtime and not slow" tests/ notebooks/; \
 	set +x; \
-	echo "Phone, screenshot and PDF tests (log: $(SIDE_LOG)):"; \
-	if wait $$side; then tail -n 2 $(SIDE_LOG); else cat $(SIDE_LOG); exit 1; fi; \
-	echo "Colab-like runtime, model-training and JupyterLab tests (log: $(RUNTIME_LOG)):"; \
+	echo "Site build and browser tests (log: $(SITE_LOG)):"; \
+	if wait $$site; then grep -E "[0-9]+ (passed|failed)|Book built" $(SITE_LOG); \
+	else cat $(SITE_LOG); exit 1; fi; \
+	echo "Colab-like runtime, native-path and model-training tests (log: $(RUNTIME_LOG)):"; \
 	if wait $$runtime; then grep -E "[0-9]+ (passed|failed)" $(RUNTIME_LOG); \
 	else cat $(RUNTIME_LOG); exit 1; fi
+
+# The site lane of `make test`: the build, proof that it executed no chapter, then the browser
+# tests (site and JupyterLab) beside the phone-width, screenshot and PDF pass.
+site-checks: setup browser-deps
+	@$(MAKE) --no-print-directory book
+	$(BIN)/python scripts/prime_cache.py --verify
+	@set -e; setsid $(BROWSER) $(SIDE_TESTS) > $(SIDE_LOG) 2>&1 & side=$$!; \
+	trap 'kill -- -$$side 2> /dev/null || true' EXIT; \
+	$(BROWSER) tests/ $(foreach t,$(SIDE_TESTS),--deselect $(t)); \
+	echo "Phone, screenshot and PDF tests (log: $(SIDE_LOG)):"; \
+	if wait $$side; then tail -n 2 $(SIDE_LOG); else cat $(SIDE_LOG); exit 1; fi
 
 sync: setup
 	$(BIN)/python scripts/sync_notebooks.py $(NB)
