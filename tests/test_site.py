@@ -176,6 +176,39 @@ ICONS_JS = """() => {
 }"""
 
 
+# Every figure drawn on the page: its drawn size (CSS px) and the file it shows.
+IMAGES_JS = """() => [...document.querySelectorAll('article img')]
+    .filter(img => img.getBoundingClientRect().width > 0 && img.src.includes('/_images/'))
+    .map(img => { const r = img.getBoundingClientRect();
+                  return {file: decodeURIComponent(img.src.split('/').pop()),
+                          width: r.width, height: r.height}; })"""
+ASPECT_TOLERANCE = 0.02  # relative; a squashed figure is off by tens of percent
+
+
+def _png_size(name: str, cache={}) -> tuple[int, int]:  # noqa: B006 - a per-run memo
+    if name not in cache:
+        from PIL import Image
+
+        with Image.open(SITE / "_images" / name) as image:
+            cache[name] = image.size
+    return cache[name]
+
+
+def _squashed(page, rel: str, width: int) -> tuple[int, list[str]]:
+    """Figures on ``page`` drawn in other proportions than their PNG's, at ``width`` px."""
+    problems, drawn = [], page.evaluate(IMAGES_JS)
+    for image in drawn:
+        png_w, png_h = _png_size(image["file"])
+        aspect, png = image["width"] / image["height"], png_w / png_h
+        if abs(aspect / png - 1) > ASPECT_TOLERANCE:
+            problems.append(
+                f"{rel} at {width} px: {image['file'][:12]}... drawn {image['width']:.0f} x "
+                f"{image['height']:.0f} (aspect {aspect:.2f}) from a {png_w} x {png_h} PNG "
+                f"(aspect {png:.2f})"
+            )
+    return len(drawn), problems
+
+
 def test_every_page_loads_offline_without_errors_and_typesets_math(site, browser):
     """Desktop width (1280 px): no errors or third-party requests, math typeset, images with
     alt text, icons drawn, each chapter within the page-weight budget, code that fits."""
@@ -183,10 +216,14 @@ def test_every_page_loads_offline_without_errors_and_typesets_math(site, browser
     pages = _pages()
     assert len(pages) >= 15
     weights, overflow = {}, {"code": 0, "codeScroll": 0, "outputs": 0, "outputScroll": 0}
+    figures = 0
     for path in pages:
         rel = path.relative_to(SITE).as_posix()
         visit = Visit(browser, urljoin(site, rel))
         page = visit.page
+        drawn, squashed = _squashed(page, rel, DESKTOP)
+        figures += drawn
+        problems += squashed
         icons = page.evaluate(ICONS_JS)
         if not icons["icons"] or not icons["loaded"] or icons["blank"]:
             problems.append(f"{rel}: icons not drawn: {icons}")
@@ -240,6 +277,7 @@ def test_every_page_loads_offline_without_errors_and_typesets_math(site, browser
         problems.append(f"{code_share:.1%} of code blocks scroll sideways at {DESKTOP} px")
     if output_share > SCROLL_SHARE:
         problems.append(f"{output_share:.1%} of outputs scroll sideways at {DESKTOP} px")
+    assert figures > 10, f"only {figures} figures measured"
     assert not problems, "\n".join(problems)
 
 
@@ -427,13 +465,22 @@ PHONE_JS = """() => {
 }"""
 
 
+NARROW = 600  # a column narrower than most figures' CSS width (651 px for Fig. 2.1)
+
+
 def test_pages_fit_a_phone(site, browser):
     """At 390 px: no page is wider than the screen, display math that scrolls shows a cue,
-    and text inside every widget drawing renders at 10 px or more."""
-    problems, smallest, scrolling = [], {}, 0
+    and text inside every widget drawing renders at 10 px or more. At 390 and 600 px every
+    figure keeps its PNG's proportions."""
+    problems, smallest, scrolling, figures = [], {}, 0, 0
     for path in _pages():
         rel = path.relative_to(SITE).as_posix()
         visit = Visit(browser, urljoin(site, rel), width=PHONE, height=844)
+        for width in (NARROW, PHONE):  # a resize lays the page out again; no reload
+            visit.page.set_viewport_size({"width": width, "height": 844})
+            drawn, squashed = _squashed(visit.page, rel, width)
+            figures += drawn
+            problems += squashed
         result = visit.page.evaluate(PHONE_JS)
         if result["pageWidth"] > result["view"] + 1:
             problems.append(f"{rel}: page is {result['pageWidth']} px wide: {result['wide']}")
@@ -454,6 +501,7 @@ def test_pages_fit_a_phone(site, browser):
         f"smallest widget text (px): {smallest}"
     )
     assert smallest, "no widget drawing found on any page"
+    assert figures > 20, f"only {figures} figures measured at {NARROW} and {PHONE} px"
     assert not problems, "\n".join(problems)
 
 
