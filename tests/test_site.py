@@ -453,6 +453,17 @@ PHONE_JS = """() => {
         .filter(m => m.scrollWidth > m.clientWidth + 1);
     const noCue = maths.filter(m => !getComputedStyle(m).backgroundImage.includes('radial-gradient')
         || !['auto', 'scroll'].includes(getComputedStyle(m).overflowX));
+    // Every display equation opens with its start in view, and scrolling reaches its end.
+    const cut = [...document.querySelectorAll('article div.math mjx-container[display="true"]')]
+        .filter(c => {
+            const box = c.closest('div.math'), drawn = c.querySelector('mjx-math') || c;
+            box.scrollLeft = 0;
+            const start = drawn.getBoundingClientRect().left - box.getBoundingClientRect().left;
+            box.scrollLeft = box.scrollWidth;
+            const end = box.getBoundingClientRect().right - drawn.getBoundingClientRect().right;
+            box.scrollLeft = 0;
+            return start < -1 || end < -1;
+        }).map(c => (c.closest('div.math').textContent || '').trim().slice(0, 40));
     // Text in widget drawings, in CSS px as rendered (font size times the SVG's scale).
     const sizes = [...document.querySelectorAll('.attnbook-widget svg text')]
         .filter(t => t.textContent.trim() && t.getBBox().width > 0).map(t => {
@@ -460,7 +471,7 @@ PHONE_JS = """() => {
             return parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
         });
     return {pageWidth: document.documentElement.scrollWidth, view, wide: wide.slice(0, 3),
-            scrollingMath: maths.length, noCue: noCue.length,
+            scrollingMath: maths.length, noCue: noCue.length, cut,
             widgetText: sizes.length ? Math.min(...sizes) : null, widgetTexts: sizes.length};
 }"""
 
@@ -487,6 +498,7 @@ def test_pages_fit_a_phone(site, browser):
         scrolling += result["scrollingMath"]
         if result["noCue"]:
             problems.append(f"{rel}: {result['noCue']} scrolling display equation(s) without a cue")
+        problems += [f"{rel}: display equation cut off at {PHONE} px: {c}" for c in result["cut"]]
         if result["widgetText"] is not None:
             smallest[rel] = round(result["widgetText"], 1)
             if result["widgetText"] < MIN_WIDGET_TEXT_PX:
