@@ -281,18 +281,39 @@ def test_every_page_loads_offline_without_errors_and_typesets_math(site, browser
     assert not problems, "\n".join(problems)
 
 
-def test_every_chapter_has_launch_and_download_buttons(site):
+def _setup_cell_install(notebook: Path) -> tuple[str, str]:
+    """(repository, ref) that the notebook's first code cell pip-installs attnbook from."""
+    cells = json.loads(notebook.read_text())["cells"]
+    first = next(c for c in cells if c["cell_type"] == "code")
+    source = "".join(first["source"])
+    match = re.search(r"git\+https://github\.com/([^@\s\"']+)@([^\s\"']+)", source)
+    assert match, f"{notebook.name}: the set-up cell installs attnbook from no git ref"
+    return match[1], match[2]
+
+
+def test_launch_buttons_open_the_release_the_setup_cell_installs(site):
+    """Colab and Binder open the chapter's notebook at the ref its set-up cell installs
+    attnbook from (the release tag), so notebook and package cannot disagree."""
+    refs = set()
     for path in _chapters():
         html = path.read_text()
         notebook = f"notebooks/{path.stem}.ipynb"
-        assert re.search(
-            r'href="https://colab\.research\.google\.com/github/[^"]+/blob/main/'
+        repo, ref = _setup_cell_install(ROOT / notebook)
+        refs.add(ref)
+        colab = re.findall(
+            r'href="https://colab\.research\.google\.com/github/([^/"]+/[^/"]+)/blob/'
+            r'([^"]+?)/' + re.escape(notebook) + '"',
+            html,
+        )
+        binder = re.findall(
+            r'href="https://mybinder\.org/v2/gh/([^/"]+/[^/"]+)/([^"?]+)\?urlpath=lab/tree/'
             + re.escape(notebook)
             + '"',
             html,
-        ), f"{path.name}: no Colab button"
-        assert "mybinder.org" in html, f"{path.name}: no Binder button"
-        assert f"_sources/notebooks/{path.stem}" in html, f"{path.name}: no source download"
+        )
+        assert colab == [(repo, ref)], f"{path.name}: Colab opens {colab}, installs {repo}@{ref}"
+        assert binder == [(repo, ref)], f"{path.name}: Binder opens {binder}, installs {ref}"
+    assert len(refs) == 1 and not {"main", "master"} & refs, f"set-up cells install {refs}"
 
 
 def _close(a, b) -> bool:

@@ -14,6 +14,9 @@
   ``fontawesome_stub.js``: the theme's stylesheet already draws every icon it uses with the
   icon web font it ships. (book/_static cannot carry it: html_static_path copies skip
   ``scripts/**``, one of the book's exclude_patterns.)
+* Launch buttons open the release the chapters install ``attnbook`` from: Colab's and
+  Binder's links name the tag ``v<version>`` (``pyproject.toml``), the ref each chapter's
+  set-up cell installs from, instead of a branch that moves on after the release.
 * Ship nothing a page does not load: source maps (one of them for the replaced script) and
   the icon fonts' TrueType copies (every browser that runs the theme takes the WOFF2 ones);
   the icon fonts and the theme's icon rules are cut to the icons the site uses, and the
@@ -31,6 +34,19 @@ from pathlib import Path
 from docutils import nodes
 
 DESCRIPTION_CHARS = 160
+
+
+def release_ref(root: Path) -> str:
+    """The git ref of the release this tree is (``v`` + pyproject's version): the tag the
+    publishing workflow deploys and each chapter's set-up cell installs from."""
+    text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    return "v" + re.search(r'^version = "([^"]+)"', text, re.M)[1]
+
+
+def _launch_release(app, config):
+    options = dict(config.html_theme_options or {})
+    options["repository_branch"] = release_ref(Path(app.srcdir))
+    config.html_theme_options = options
 
 
 def _drop_scripts(app, pagename, templatename, context, doctree):
@@ -302,6 +318,7 @@ def _ship_only_what_pages_load(app, exception):
 
 
 def setup(app):
+    app.connect("config-inited", _launch_release)
     app.connect("html-page-context", _drop_scripts)
     app.connect("html-page-context", _meta_tags)
     app.connect("html-page-context", _backrefs)
