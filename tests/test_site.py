@@ -716,3 +716,28 @@ def test_every_internal_link_and_anchor_resolves():
             ):
                 problems.append(f"{path.name}: missing anchor {href}")
     assert not problems, "\n".join(problems[:40])
+
+
+def test_download_ipynb_is_the_readers_notebook(site):
+    """Download -> .ipynb gives notebooks/NN_name.ipynb (outputs, plain markdown), not the
+    build's unexecuted reading of the MyST source."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from portable import LEFTOVER
+
+    for path in _chapters():
+        links = re.findall(r'href="\.\./(_sources/notebooks/[^"]+\.ipynb)"', path.read_text())
+        assert links == [f"_sources/notebooks/{path.stem}.ipynb"], f"{path.name}: {links}"
+        served = SITE / links[0]
+        notebook = json.loads(served.read_text())
+        code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+        outputs = sum(len(c.get("outputs", [])) for c in code)
+        assert outputs >= len(code) // 2, f"{served.name}: {outputs} outputs in {len(code)} cells"
+        markup = [
+            m
+            for c in notebook["cells"]
+            if c["cell_type"] == "markdown"
+            for m in LEFTOVER.findall("".join(c["source"]))
+        ]
+        assert not markup, f"{served.name}: MyST markup left: {markup[:5]}"
+        reader = ROOT / "notebooks" / f"{path.stem}.ipynb"
+        assert served.read_bytes() == reader.read_bytes(), f"{served.name} is not {reader.name}"

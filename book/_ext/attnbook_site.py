@@ -17,6 +17,9 @@
 * Launch buttons open the release the chapters install ``attnbook`` from: Colab's and
   Binder's links name the tag ``v<version>`` (``pyproject.toml``), the ref each chapter's
   set-up cell installs from, instead of a branch that moves on after the release.
+* Download -> .ipynb gives the reader's notebook, ``notebooks/NN_name.ipynb`` (outputs,
+  plain markdown, answers folded: what Lab and Colab open), instead of the theme's copy of
+  the build's own unexecuted reading of the MyST source.
 * Ship nothing a page does not load: source maps (one of them for the replaced script) and
   the icon fonts' TrueType copies (every browser that runs the theme takes the WOFF2 ones);
   the icon fonts and the theme's icon rules are cut to the icons the site uses, and the
@@ -47,6 +50,18 @@ def _launch_release(app, config):
     options = dict(config.html_theme_options or {})
     options["repository_branch"] = release_ref(Path(app.srcdir))
     config.html_theme_options = options
+
+
+def _readers_notebooks(outdir: Path, srcdir: Path) -> int:
+    """Put each chapter's own ``.ipynb`` where the page's download button points."""
+    copied = 0
+    for target in (outdir / "_sources").rglob("*.ipynb"):
+        rel = target.relative_to(outdir / "_sources")
+        source = srcdir / rel
+        if source.exists() and source.with_suffix(".md").exists():
+            shutil.copyfile(source, target)
+            copied += 1
+    return copied
 
 
 def _drop_scripts(app, pagename, templatename, context, doctree):
@@ -315,6 +330,7 @@ def _ship_only_what_pages_load(app, exception):
     _trim_icons(Path(app.outdir))
     _purge_unused_css(Path(app.outdir))
     _palette_pngs(Path(app.outdir))
+    _readers_notebooks(Path(app.outdir), Path(app.srcdir))
 
 
 def setup(app):
