@@ -204,6 +204,28 @@ def test_a_function_that_swallows_the_first_alarm_is_still_stopped(short_limit):
     assert check("attention", stubborn).kind == "timeout"
 
 
+def test_an_import_is_never_cut_short(short_limit, tmp_path, monkeypatch):
+    # A first use of a library may import for longer than the limit; stopping it half-way
+    # would leave the module broken for the rest of the kernel.
+    (tmp_path / "slow_module_for_practice.py").write_text(
+        "import time\ntime.sleep(0.8)\nDONE = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def imports(q, k, v):
+        import slow_module_for_practice
+
+        assert slow_module_for_practice.DONE
+        return F.scaled_dot_product_attention(q, k, v)
+
+    result = check("attention", imports)
+    import sys
+
+    assert sys.modules["slow_module_for_practice"].DONE
+    assert result, result  # the retry finds the import done
+    monkeypatch.delitem(sys.modules, "slow_module_for_practice")
+
+
 def test_the_time_limit_works_off_the_main_thread(short_limit):
     # Where SIGALRM cannot be used (Windows, a worker thread), a daemon thread is abandoned
     # and asked to stop at its next Python step.

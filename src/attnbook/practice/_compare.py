@@ -16,12 +16,15 @@ Rules for what a function returns (stated once here, applied to every exercise):
   in the cases is below 2**53, so float arithmetic represents it exactly). A ``bool``, a
   string or a tensor with a dimension is not a count.
 
-Time limit: each call of the reader's function gets :data:`TIME_LIMIT_S` seconds. In the main
+Time limit: each call of the reader's function gets :data:`TIME_LIMIT_S` seconds (the first
+call that runs out is tried once more, since a first use of a library may spend seconds
+importing it; a second time-out ends the check and the cases left are not run). In the main
 thread of a Linux or macOS process (a Jupyter kernel, a script) an interval timer (SIGALRM)
 raises inside the function when the time is up; elsewhere (Windows, a worker thread) the
 function runs in a daemon thread that the checker stops waiting for, and asks to stop, at
 the limit. Either way the limit is checked between Python steps: one single C call (a huge
-integer power, say) finishes before the function can be stopped.
+integer power, say) finishes before the function can be stopped, and so does an import in
+progress (stopping one half-way can break the library for the rest of the kernel).
 
 ``KeyboardInterrupt`` is the one exception that is passed on: it is how Jupyter's interrupt
 button (SIGINT) reaches running code, and a checker that swallowed it would make a slow check
@@ -37,6 +40,7 @@ import math
 import numbers
 import re
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -45,7 +49,7 @@ from typing import Any
 
 import torch
 
-TIME_LIMIT_S = 2.0
+TIME_LIMIT_S = 3.0
 """Seconds one call of the reader's function may take before it is stopped."""
 
 # (rtol, atol) per dtype. Catalogued mistakes miss by far more than this on some case (a test
@@ -94,9 +98,22 @@ def _same_input(a: Any, b: Any) -> bool:
         return False
 
 
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` or a caller of it is running an import. Stopping a function in the
+    middle of a module's import (a first use of ``torch.func`` imports ``torch._dynamo``)
+    can leave that library half-registered for the rest of the kernel, so the stop waits
+    until the import has finished."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _with_alarm(thunk: Callable[[], Any], limit: float) -> Any:
     def on_alarm(signum, frame):
-        raise TimeUp
+        if not _importing(frame):  # otherwise the timer fires again 0.2 s later
+            raise TimeUp
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     # Fire again every 0.2 s after the limit, in case the function swallows the first one.
@@ -120,6 +137,8 @@ def _in_thread(thunk: Callable[[], Any], limit: float) -> Any:
     worker = threading.Thread(target=target, name="attnbook-practice-call", daemon=True)
     worker.start()
     worker.join(limit)
+    while worker.is_alive() and _importing(sys._current_frames().get(worker.ident)):
+        worker.join(0.2)  # never stop it inside an import (see _importing)
     if worker.is_alive():  # ask it to stop at its next Python step, and stop waiting
         ident = worker.ident
         if ident is not None:
