@@ -8,6 +8,14 @@ code wrapped instead of cut, exercise answers opened); pypdf then joins the page
 to it and it is published with the site. A widget prints as the picture its default settings
 draw; the chapters' figures are the same PNGs the pages show.
 
+Links: Chromium writes a link to another page as a URI on the temporary print server
+(``http://127.0.0.1:<port>/...``), dead once printing is over, and names the destinations of
+in-page links per page (``summary`` in every chapter). Each page is therefore printed with a
+hidden in-page link to every anchor the book links to on it (Chromium then records where each
+anchor landed), its destinations are renamed ``<page>#<anchor>`` in the joined PDF, and every
+link to a page of the book becomes a jump to that destination; a link to anything else on
+the site (a download, the index) goes to the published site (``scripts/portable.py``).
+
     python scripts/build_pdf.py [--site _build/html] [--out PATH]
 """
 
@@ -17,14 +25,17 @@ import argparse
 import functools
 import http.server
 import io
+import re
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import unquote, urljoin, urlparse
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import chromium
+from portable import site_url
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
@@ -46,6 +57,97 @@ def book_pages(root: Path = ROOT) -> list[str]:
     for part in toc.get("parts", []):
         files += [chapter["file"] for chapter in part.get("chapters", [])]
     return [f"{file}.html" for file in files]
+
+
+def link_targets(site: Path, pages: list[str]) -> dict[str, list[str]]:
+    """page -> the anchors on it that some page of the book links to (sorted)."""
+    targets: dict[str, set[str]] = {page: set() for page in pages}
+    for page in pages:
+        path = site / page
+        if not path.exists():
+            continue
+        for href in re.findall(r'<a [^>]*href="([^"]+)"', path.read_text(encoding="utf-8")):
+            parsed = urlparse(urljoin("http://book/" + page, href))
+            target = unquote(parsed.path.lstrip("/"))
+            if parsed.netloc == "book" and parsed.fragment and target in targets:
+                targets[target].add(unquote(parsed.fragment))
+    return {page: sorted(ids) for page, ids in targets.items()}
+
+
+# Hidden in-page links to the anchors other pages link to: Chromium records a destination for
+# each element an in-page link targets (display: none links draw no link box of their own).
+ANCHOR_JS = """(ids) => {
+    const box = document.createElement('div');
+    box.style.display = 'none';
+    for (const id of ids) {
+        if (!document.getElementById(id)) continue;
+        const a = document.createElement('a');
+        a.href = '#' + encodeURIComponent(id);
+        box.appendChild(a);
+    }
+    document.body.appendChild(box);
+}"""
+
+
+class _Links:
+    """Joins the pages' destinations and rewrites their links (see the module docstring)."""
+
+    def __init__(self, base_url: str, pages: list[str], site: str):
+        self.base_url, self.pages, self.site = base_url, set(pages), site
+        self.names: set[str] = set()
+        self.pending: list[tuple[object, str]] = []  # (annotation, the page it sits on)
+        self.counts = {"internal": 0, "published": 0, "external": 0}
+
+    def add(self, writer, reader, rel: str, start: int) -> None:
+        """Register the destinations of ``reader`` (page ``rel``, added at ``start``)."""
+        from pypdf.generic import Fit
+
+        writer.add_named_destination(rel, start, Fit.xyz(None, None, None))
+        self.names.add(rel)
+        for name, dest in reader.named_destinations.items():
+            number = reader.get_destination_page_number(dest)
+            if number is None or number < 0:
+                continue
+            key = f"{rel}#{str(name).lstrip('/')}"
+            fit = Fit.xyz(dest.left, dest.top, None)
+            writer.add_named_destination(key, start + number, fit)
+            self.names.add(key)
+        for page in writer.pages[start:]:
+            for annot in page.get("/Annots") or []:
+                annot = annot.get_object()
+                if annot.get("/Subtype") == "/Link":
+                    self.pending.append((annot, rel))
+
+    def _goto(self, annot, name: str) -> None:
+        from pypdf.generic import NameObject, TextStringObject
+
+        annot.pop("/A", None)
+        annot[NameObject("/Dest")] = TextStringObject(name)
+        self.counts["internal"] += 1
+
+    def finish(self) -> None:
+        """Point every link at a destination that exists, now that all pages are in."""
+        from pypdf.generic import NameObject, TextStringObject
+
+        for annot, rel in self.pending:
+            if "/Dest" in annot:  # an in-page link, named as Chromium named it for this page
+                name = f"{rel}#{str(annot['/Dest']).lstrip('/')}"
+                self._goto(annot, name if name in self.names else rel)
+                continue
+            action = annot.get("/A")
+            action = action.get_object() if action is not None else None
+            uri = str(action.get("/URI", "")) if action is not None else ""
+            if not uri.startswith(self.base_url):
+                self.counts["external"] += bool(uri)
+                continue
+            parsed = urlparse(uri)
+            target = unquote(parsed.path.lstrip("/")) or "index.html"
+            if target in self.pages:
+                name = f"{target}#{unquote(parsed.fragment)}" if parsed.fragment else target
+                self._goto(annot, name if name in self.names else target)
+            else:
+                action[NameObject("/URI")] = TextStringObject(self.site + uri[len(self.base_url) :])
+                self.counts["published"] += 1
 
 
 def _serve(site: Path):
@@ -77,11 +179,16 @@ PREPARE_JS = """async () => {
 }"""
 
 
-def print_book(browser, base_url: str, out: Path, pages: list[str] | None = None) -> dict:
+def print_book(
+    browser, base_url: str, out: Path, pages: list[str] | None = None, site: Path = SITE
+) -> dict:
     """Print `pages` (default: the whole book) from `base_url` into `out`; returns counts."""
     from pypdf import PdfReader, PdfWriter
 
     pages = pages or book_pages()
+    anchors = link_targets(site, pages)
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    links = _Links(base_url, pages, site_url(config))
     context = browser.new_context(
         viewport={"width": 1000, "height": 1400}, color_scheme="light", java_script_enabled=True
     )
@@ -103,6 +210,7 @@ def print_book(browser, base_url: str, out: Path, pages: list[str] | None = None
             upcoming = open_page(pages[index + 1]) if index + 1 < len(pages) else None
             page.wait_for_load_state("load")
             figures += page.evaluate(PREPARE_JS)
+            page.evaluate(ANCHOR_JS, anchors.get(pages[index], []))
             title = page.title().split(" — ")[0].strip()
             data = page.pdf(
                 format="A4",
@@ -114,16 +222,24 @@ def print_book(browser, base_url: str, out: Path, pages: list[str] | None = None
             )
             page.close()
             start = len(writer.pages)
-            for pdf_page in PdfReader(io.BytesIO(data)).pages:
+            reader = PdfReader(io.BytesIO(data))
+            for pdf_page in reader.pages:
                 writer.add_page(pdf_page)
             writer.add_outline_item(title=title, page_number=start)
+            links.add(writer, reader, pages[index], start)
     finally:
         context.close()
+    links.finish()
     writer.add_metadata({"/Title": "Attention and Transformers, executable"})
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as handle:
         writer.write(handle)
-    return {"pages": len(writer.pages), "figures": figures, "documents": len(pages)}
+    return {
+        "pages": len(writer.pages),
+        "figures": figures,
+        "documents": len(pages),
+        "links": links.counts,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         with sync_playwright() as p:
             browser = chromium.launch(p, RESOLVE_LOCAL_ONLY)
             try:
-                counts = print_book(browser, base_url, out)
+                counts = print_book(browser, base_url, out, site=site)
             finally:
                 browser.close()
     finally:

@@ -667,6 +667,54 @@ def test_whole_book_pdf_builds_with_sane_page_and_figure_counts(site, browser):
     assert "Attention" in text
     assert not re.search(r"\\\(|\\\[|\\frac", text), "raw TeX in the PDF"
     assert 'href="../attention-and-transformers.pdf"' in (SITE / "book" / "intro.html").read_text()
+    links = _pdf_links(reader, book_pages())
+    print(f"PDF links: {links['counts']}")
+    assert not links["problems"], "\n".join(links["problems"][:20])
+    # Cross-references, citations and glossary terms: hundreds of jumps inside the PDF.
+    assert links["counts"]["internal"] >= 300, links["counts"]
+
+
+def _pdf_links(reader, pages: list[str]) -> dict:
+    """Every link annotation of the joined PDF: none may point at the print server (a
+    127.0.0.1 URI), and each jump must name a destination that exists and that lies inside
+    the page range of the document it names (from the PDF's outline: one entry per page)."""
+    starts = [reader.get_destination_page_number(item) for item in reader.outline]
+    ranges = {
+        page: (start, (starts[i + 1] if i + 1 < len(starts) else len(reader.pages)) - 1)
+        for i, (page, start) in enumerate(zip(pages, starts, strict=True))
+    }
+    dests = {str(k): v for k, v in reader.named_destinations.items()}
+    problems, counts = [], {"internal": 0, "local_uri": 0, "uri": 0}
+    for number, page in enumerate(reader.pages):
+        for annot in page.get("/Annots") or []:
+            annot = annot.get_object()
+            if annot.get("/Subtype") != "/Link":
+                continue
+            action = annot.get("/A")
+            action = action.get_object() if action is not None else {}
+            uri = str(action.get("/URI", ""))
+            if uri:
+                host = urlparse(uri).hostname
+                if host in {"127.0.0.1", "localhost"}:
+                    counts["local_uri"] += 1
+                    problems.append(f"page {number + 1}: link to the print server {uri}")
+                else:
+                    counts["uri"] += 1
+                continue
+            name = annot.get("/Dest", action.get("/D"))
+            counts["internal"] += 1
+            if name is None or str(name) not in dests:
+                problems.append(f"page {number + 1}: jump to a missing destination {name}")
+                continue
+            document = str(name).split("#")[0]
+            target = reader.get_destination_page_number(dests[str(name)])
+            low, high = ranges.get(document, (-1, -1))
+            if not low <= target <= high:
+                problems.append(
+                    f"page {number + 1}: {name} lands on page {target + 1}, outside "
+                    f"{document} (pages {low + 1}-{high + 1})"
+                )
+    return {"problems": problems, "counts": counts}
 
 
 def _pdf_images(reader) -> int:
