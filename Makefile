@@ -75,6 +75,8 @@ book: setup $(OUTPUTS_STAMP)
 	$(BIN)/python scripts/prime_cache.py
 	$(BOOK)
 	@echo "Book built: file://$(CURDIR)/_build/html/index.html"
+	@test -f _build/html/attention-and-transformers.pdf || echo "No PDF in this build \
+	(the introduction links the published one): make pdf prints this build's."
 
 browser-deps:
 	command -v chromium >/dev/null || scripts/install_system_deps.sh chromium

@@ -234,6 +234,11 @@ def print_book(
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as handle:
         writer.write(handle)
+    if out.resolve() == (site / PDF_NAME).resolve():  # the site now has its own PDF: link it
+        sys.path.insert(0, str(ROOT / "book" / "_ext"))
+        from attnbook_site import link_pdf
+
+        link_pdf(site, ROOT)
     return {
         "pages": len(writer.pages),
         "figures": figures,

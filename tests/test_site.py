@@ -789,3 +789,45 @@ def test_download_ipynb_is_the_readers_notebook(site):
         assert not markup, f"{served.name}: MyST markup left: {markup[:5]}"
         reader = ROOT / "notebooks" / f"{path.stem}.ipynb"
         assert served.read_bytes() == reader.read_bytes(), f"{served.name} is not {reader.name}"
+
+
+def test_the_intro_pdf_link_is_never_a_404():
+    """`make book` alone has no PDF (`make pdf` prints it): the introduction then links the
+    published copy; once this build's PDF exists it links that (checked on a copy of the
+    built intro page, then on the build itself)."""
+    import importlib
+    import shutil
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    site_ext = importlib.import_module("attnbook_site")
+    from portable import Portable
+
+    intro = SITE / "book" / "intro.html"
+    if not intro.exists():
+        pytest.skip("needs a built site (make book)")
+    from build_pdf import PDF_NAME
+
+    assert site_ext.PDF_NAME == PDF_NAME
+    published = Portable().site + site_ext.PDF_NAME
+    local = f"../{site_ext.PDF_NAME}"
+
+    def pdf_links(html: str) -> list[str]:
+        return re.findall(r'<a class="attnbook-pdf"[^>]*href="([^"]+)"', html)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        (out / "book").mkdir()
+        shutil.copyfile(intro, out / "book" / "intro.html")
+        (out / site_ext.PDF_NAME).unlink(missing_ok=True)
+        assert site_ext.link_pdf(out, ROOT) == published
+        assert pdf_links((out / "book" / "intro.html").read_text()) == [published]
+        (out / site_ext.PDF_NAME).write_bytes(b"%PDF-1.7")
+        assert site_ext.link_pdf(out, ROOT) == local
+        assert pdf_links((out / "book" / "intro.html").read_text()) == [local]
+    links = pdf_links(intro.read_text())
+    assert len(links) == 1, links
+    if links[0] == local:
+        assert (SITE / site_ext.PDF_NAME).exists(), "the intro links a PDF this build lacks"
+    else:
+        assert links[0] == published, links

@@ -20,6 +20,9 @@
 * Download -> .ipynb gives the reader's notebook, ``notebooks/NN_name.ipynb`` (outputs,
   plain markdown, answers folded: what Lab and Colab open), instead of the theme's copy of
   the build's own unexecuted reading of the MyST source.
+* The introduction's PDF link: the PDF is printed by ``make pdf`` (``scripts/build_pdf.py``,
+  which links it locally once written); a build without it links the published copy, so a
+  reader of a plain ``make book`` never meets a 404.
 * Ship nothing a page does not load: source maps (one of them for the replaced script) and
   the icon fonts' TrueType copies (every browser that runs the theme takes the WOFF2 ones);
   the icon fonts and the theme's icon rules are cut to the icons the site uses, and the
@@ -32,6 +35,7 @@ from __future__ import annotations
 import html
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from docutils import nodes
@@ -62,6 +66,60 @@ def _readers_notebooks(outdir: Path, srcdir: Path) -> int:
             shutil.copyfile(source, target)
             copied += 1
     return copied
+
+
+PDF_NAME = "attention-and-transformers.pdf"
+_PDF_LINK = re.compile(r'(<a class="attnbook-pdf"[^>]*?)href="[^"]*"')
+
+
+def published_site(srcdir: Path) -> str:
+    sys.path.insert(0, str(srcdir / "scripts"))
+    try:
+        import yaml
+        from portable import site_url
+    finally:
+        sys.path.pop(0)
+    return site_url(yaml.safe_load((srcdir / "_config.yml").read_text(encoding="utf-8")))
+
+
+def link_pdf(outdir: Path, srcdir: Path) -> str | None:
+    """Point the introduction's PDF link at this build's PDF if it has one, else at the
+    published copy; returns the link written (None: no intro page or no link on it)."""
+    intro = outdir / "book" / "intro.html"
+    if not intro.exists():
+        return None
+    text = intro.read_text(encoding="utf-8")
+    local = (outdir / PDF_NAME).exists()
+    href = f"../{PDF_NAME}" if local else published_site(srcdir) + PDF_NAME
+    new, found = _PDF_LINK.subn(lambda m: f'{m.group(1)}href="{href}"', text)
+    if not found:
+        return None
+    if new != text:
+        temporary = intro.with_suffix(".html.tmp")
+        temporary.write_text(new, encoding="utf-8")
+        temporary.replace(intro)  # a reader (or a test) never sees half a page
+    return href
+
+
+_VIEWPORT = re.compile(r'\s*<meta name="viewport"[^>]*>')
+
+
+def _one_viewport_tag(outdir: Path) -> None:
+    """Keep the first of the three viewport tags Sphinx's, pydata's and the book theme's
+    templates each write into every page's head."""
+    for path in outdir.rglob("*.html"):
+        if "_static" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        tags = list(_VIEWPORT.finditer(text))
+        if len(tags) < 2:
+            continue
+        kept = text[: tags[0].end()]
+        last = tags[0].end()
+        for tag in tags[1:]:
+            kept += text[last : tag.start()]
+            last = tag.end()
+        path.write_text(kept + text[last:], encoding="utf-8")
 
 
 def _drop_scripts(app, pagename, templatename, context, doctree):
@@ -331,6 +389,7 @@ def _ship_only_what_pages_load(app, exception):
     _purge_unused_css(Path(app.outdir))
     _palette_pngs(Path(app.outdir))
     _readers_notebooks(Path(app.outdir), Path(app.srcdir))
+    link_pdf(Path(app.outdir), Path(app.srcdir))
 
 
 def setup(app):
