@@ -42,12 +42,58 @@ SITE = ROOT / "_build" / "html"
 PDF_NAME = "attention-and-transformers.pdf"
 # Offline by construction: every host but this machine fails to resolve.
 RESOLVE_LOCAL_ONLY = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
-# Header and footer templates are rendered by Chromium in their own tiny document.
+# Header and footer templates are rendered by Chromium in their own tiny document. Its page
+# numbers would count from 1 in every page of the site printed (each is printed on its own);
+# the book-wide "n / N" is drawn onto each page after joining (_number_pages).
 FOOTER = (
     '<div style="font-size:8px;width:100%;padding:0 12mm;display:flex;'
-    'justify-content:space-between;color:#666"><span class="title"></span>'
-    '<span><span class="pageNumber"></span> / <span class="totalPages"></span></span></div>'
+    'justify-content:space-between;color:#666"><span class="title"></span></div>'
 )
+NUMBER_FONT_PT, NUMBER_RIGHT_PT, NUMBER_BASELINE_PT = 6, 34, 21  # 8 CSS px = 6 pt; 12 mm
+
+
+def _number_pages(writer) -> None:
+    """Draw "n / N" (book-wide) at the right of each page's footer line."""
+    from pypdf.generic import ArrayObject, DictionaryObject, NameObject, StreamObject
+
+    font = writer._add_object(
+        DictionaryObject(
+            {
+                NameObject("/Type"): NameObject("/Font"),
+                NameObject("/Subtype"): NameObject("/Type1"),
+                NameObject("/BaseFont"): NameObject("/Helvetica"),
+            }
+        )
+    )
+
+    def stream(text: str):
+        obj = StreamObject()
+        obj.set_data(text.encode("ascii"))
+        return writer._add_object(obj)
+
+    save, restore = stream("q\n"), stream("\nQ\n")
+    total = len(writer.pages)
+    for number, page in enumerate(writer.pages, start=1):
+        label = f"{number} / {total}"
+        width = 0.556 * NUMBER_FONT_PT * len(label)  # Helvetica digits are 0.556 em wide
+        x = float(page.mediabox.right) - NUMBER_RIGHT_PT - width
+        resources = page["/Resources"].get_object()
+        fonts = resources.get("/Font")
+        if fonts is None:
+            fonts = resources[NameObject("/Font")] = DictionaryObject()
+        fonts.get_object()[NameObject("/AttnbookPageNumber")] = font
+        contents = page.raw_get("/Contents") if "/Contents" in page else None
+        if contents is None:
+            existing = []
+        elif isinstance(contents.get_object(), ArrayObject):
+            existing = list(contents.get_object())
+        else:
+            existing = [contents]
+        label_stream = stream(
+            f"q 0.4 g BT /AttnbookPageNumber {NUMBER_FONT_PT} Tf {x:.2f} {NUMBER_BASELINE_PT} "
+            f"Td ({label}) Tj ET Q\n"
+        )
+        page[NameObject("/Contents")] = ArrayObject([save, *existing, restore, label_stream])
 
 
 def book_pages(root: Path = ROOT) -> list[str]:
@@ -230,6 +276,7 @@ def print_book(
     finally:
         context.close()
     links.finish()
+    _number_pages(writer)
     writer.add_metadata({"/Title": "Attention and Transformers, executable"})
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as handle:

@@ -565,7 +565,7 @@ def test_screenshots_for_review(site, browser):
         assert (SHOTS / name).stat().st_size > 10_000
 
 
-def test_search_snippets_show_no_raw_tex(site, browser):
+def test_search_snippets_show_no_raw_tex_or_page_chrome(site, browser):
     visit = Visit(browser, urljoin(site, "search.html?q=softmax"))
     page = visit.page
     page.wait_for_function(
@@ -578,10 +578,21 @@ def test_search_snippets_show_no_raw_tex(site, browser):
         "[...document.querySelectorAll('#search-results li')].every(li => li.querySelector('p'))",
         timeout=60_000,
     )
+    covered = page.evaluate("""() => {
+        const form = document.querySelector('.bd-search-container form.bd-search');
+        const icon = form.querySelector('i.fa-magnifying-glass'), box = form.querySelector('input');
+        const pad = parseFloat(getComputedStyle(box).paddingLeft);
+        const text = box.getBoundingClientRect().left + pad;
+        return icon.getBoundingClientRect().right - text;
+    }""")
+    assert covered <= 0, f"the search icon covers the first {covered:.1f} px of the typed text"
     snippets = page.locator("#search-results li p").all_inner_texts()
     assert len(snippets) >= 5
     raw = [t for t in snippets if re.search(r"\\[()\[\]]|\\(frac|sqrt|top|mathrm)\b|\$\$", t)]
     assert not raw, raw[:3]
+    # The page's buttons are not its text ("... Binder Colab Repository Open issue .ipynb").
+    chrome = [t for t in snippets if re.search(r"\bBinder\b|Open issue|\.ipynb\s+\.md", t)]
+    assert not chrome, chrome[:3]
     assert not visit.errors, visit.errors
     visit.close()
 
@@ -600,6 +611,10 @@ def test_reference_list_links_back_and_links_arxiv():
         )
     ]
     assert not unlinked, f"arXiv ids without a link (give the entry an eprint field): {unlinked}"
+    raw_tex = [e for e in entries if re.search(r"\$[^$<]+\$", re.sub(r"<[^>]+>", "", e))]
+    assert not raw_tex, (
+        f"raw TeX in a reference: {[re.sub(r'<[^>]+>', '', e)[:90] for e in raw_tex]}"
+    )
 
 
 def test_chapters_link_to_the_glossary_and_number_headings_once():
@@ -618,6 +633,7 @@ def test_every_page_has_a_favicon_and_a_link_preview():
     for path in [*_pages(), SITE / "search.html"]:
         html = path.read_text()
         assert re.search(r'<link rel="icon" href="[^"]*favicon\.svg"', html), path.name
+        assert html.count('<meta name="viewport"') == 1, f"{path.name}: viewport tags"
         description = re.search(r'<meta name="description" content="([^"]+)"', html)
         assert description and len(description.group(1)) >= 20, path.name
         assert "\\" not in description.group(1), f"{path.name}: TeX in {description.group(1)}"
@@ -666,6 +682,12 @@ def test_whole_book_pdf_builds_with_sane_page_and_figure_counts(site, browser):
     text = "".join(reader.pages[i].extract_text() for i in range(min(len(reader.pages), 30)))
     assert "Attention" in text
     assert not re.search(r"\\\(|\\\[|\\frac", text), "raw TeX in the PDF"
+    screen_only = ("code cell source", "Live on this page", "The script behind this figure")
+    assert not [s for s in screen_only if s in text], "screen-only labels printed"
+    total = len(reader.pages)  # page numbers count through the book, not per chapter
+    for number in sorted({1, total // 3, total // 2, total}):
+        footer = reader.pages[number - 1].extract_text()
+        assert f"{number} / {total}" in footer, f"page {number}: {footer[-80:]!r}"
     assert 'href="../attention-and-transformers.pdf"' in (SITE / "book" / "intro.html").read_text()
     links = _pdf_links(reader, book_pages())
     print(f"PDF links: {links['counts']}")

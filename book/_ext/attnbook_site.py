@@ -23,6 +23,8 @@
 * The introduction's PDF link: the PDF is printed by ``make pdf`` (``scripts/build_pdf.py``,
   which links it locally once written); a build without it links the published copy, so a
   reader of a plain ``make book`` never meets a 404.
+* One viewport tag per page (three templates each wrote one).
+* TeX in a bibliography entry ("$O(n^2)$") is shown as text ("O(n²)"), not raw.
 * Ship nothing a page does not load: source maps (one of them for the replaced script) and
   the icon fonts' TrueType copies (every browser that runs the theme takes the WOFF2 ones);
   the icon fonts and the theme's icon rules are cut to the icons the site uses, and the
@@ -120,6 +122,49 @@ def _one_viewport_tag(outdir: Path) -> None:
             kept += text[last : tag.start()]
             last = tag.end()
         path.write_text(kept + text[last:], encoding="utf-8")
+
+
+_SUPERSCRIPTS = str.maketrans("0123456789+-=()n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿ")
+_SUBSCRIPTS = str.maketrans("0123456789+-=()", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎")
+_INLINE_TEX = re.compile(r"\$([^$]+)\$")
+
+
+def _tex_as_text(tex: str) -> str | None:
+    """Plain text for the simple TeX a bibliography title holds (``O(n^2)`` -> ``O(n²)``),
+    or None when it needs more than scripts and braces."""
+
+    def script(match: re.Match) -> str:
+        body = match.group(2) or match.group(3)
+        table = _SUPERSCRIPTS if match.group(1) == "^" else _SUBSCRIPTS
+        converted = body.translate(table)
+        return converted if converted != body or not body.strip() else match.group(0)
+
+    text = re.sub(r"([_^])(?:\{([^{}]*)\}|(\w))", script, tex)
+    text = text.replace("{", "").replace("}", "")
+    return None if re.search(r"[\\^_]", text) else text
+
+
+def _bibliography_math(app, doctree, docname):
+    """A formula in a reference's title ("Self-attention does not need $O(n^2)$ memory")
+    reached the page and the PDF as raw TeX: the list is rendered after MyST's math parsing.
+    Each ``$...$`` in an entry becomes its plain-text reading, else a math node."""
+    for citation in doctree.findall(nodes.citation):
+        for text in list(citation.findall(nodes.Text)):
+            source = str(text)
+            if not _INLINE_TEX.search(source):
+                continue
+            parts, last = [], 0
+            for match in _INLINE_TEX.finditer(source):
+                parts.append(nodes.Text(source[last : match.start()]))
+                plain = _tex_as_text(match.group(1))
+                if plain is None:
+                    parts.append(nodes.math(match.group(1), match.group(1)))
+                    app.env.get_domain("math").data["has_equations"][docname] = True
+                else:
+                    parts.append(nodes.Text(plain))
+                last = match.end()
+            parts.append(nodes.Text(source[last:]))
+            text.parent.replace(text, parts)
 
 
 def _drop_scripts(app, pagename, templatename, context, doctree):
@@ -390,10 +435,12 @@ def _ship_only_what_pages_load(app, exception):
     _palette_pngs(Path(app.outdir))
     _readers_notebooks(Path(app.outdir), Path(app.srcdir))
     link_pdf(Path(app.outdir), Path(app.srcdir))
+    _one_viewport_tag(Path(app.outdir))
 
 
 def setup(app):
     app.connect("config-inited", _launch_release)
+    app.connect("doctree-resolved", _bibliography_math)
     app.connect("html-page-context", _drop_scripts)
     app.connect("html-page-context", _meta_tags)
     app.connect("html-page-context", _backrefs)

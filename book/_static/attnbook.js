@@ -1,9 +1,13 @@
-/* The book's own script (loaded on every page, a few KB): search snippets without raw TeX.
+/* The book's own script (loaded on every page, a few KB): search snippets without raw TeX
+   or page chrome.
 
    Sphinx builds each search-result snippet from the target page's HTML, where math is still
    TeX source (MathJax typesets it only on the page itself), so snippets read
    "\(\frac{QK^\top}{\sqrt{d_k}}\)". Before Sphinx extracts the text, each math element is
-   replaced with a plain-text reading of it: "QKᵀ/√(d_k)". */
+   replaced with a plain-text reading of it: "QKᵀ/√(d_k)". The page's own buttons and
+   print-only copies (launch and download buttons, the contents list) are part of the same
+   main element, and a snippet near a page's top read "... Binder Colab Repository Open issue
+   .ipynb .md .pdf ..."; they are dropped first. */
 (() => {
   "use strict";
   const SYMBOLS = {
@@ -38,11 +42,17 @@
   }
   window.attnbookTexToText = texToText; // used by tests/test_site.py
 
+  const CHROME = [
+    ".bd-header-article", ".bd-sidebar-secondary", ".prev-next-area", ".bd-footer-article",
+    "#jb-print-docs-body", ".onlyprint", "button",
+  ].join(", ");
+
   function patchSearch() {
     if (typeof Search === "undefined" || !Search.htmlToText || Search.attnbookPatched) return;
     const original = Search.htmlToText;
     Search.htmlToText = (htmlString, anchor) => {
       const doc = new DOMParser().parseFromString(htmlString, "text/html");
+      doc.querySelectorAll(CHROME).forEach((el) => el.remove());
       doc.querySelectorAll(".math").forEach((el) => {
         el.textContent = ` ${texToText(el.textContent)} `;
       });
