@@ -241,12 +241,23 @@ def test_the_time_limit_works_off_the_main_thread(short_limit):
     assert not worker.is_alive() and box["r"].kind == "timeout"
 
 
-def test_the_alarm_is_cleared_after_a_check():
+def test_the_alarm_is_cleared_after_a_check_and_an_earlier_timer_put_back():
     import signal
 
     check("attention", lambda q, k, v: q)
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None, signal.SIG_IGN)
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 60.0)  # another tool's timer, far in the future
+        check("attention", lambda q, k, v: q)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 30.0 < left <= 60.0 and not fired
+        assert signal.getsignal(signal.SIGALRM) is not None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # --- (4) bool(result), and what a stub is ----------------------------------------------------
