@@ -18,3 +18,13 @@ async def _open_without_nagle(self, *args, **kwargs):
 if not getattr(KernelWebsocketHandler.open, "attnbook_nodelay", False):
     _open_without_nagle.attnbook_nodelay = True
     KernelWebsocketHandler.open = _open_without_nagle
+
+# Saving never leaves a widget output pointing at a model the file lacks (which reopens as
+# "Error displaying widget: model not found"): see jupyter/widget_views.py.
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from widget_views import pre_save_hook  # noqa: E402
+
+c.ContentsManager.pre_save_hook = pre_save_hook  # noqa: F821  (c: the config object)

@@ -7,7 +7,9 @@ What it sets up, and why:
 * ``jupyter/`` (on ``JUPYTER_CONFIG_PATH``): the file browser lists each chapter once (the
   ``.ipynb``, which carries outputs and reads without MyST; the ``.md`` source is hidden), no
   news pop-up, and widget state saved with the notebook so a saved chapter reopens with its
-  pictures instead of "model not found".
+  pictures instead of "model not found"; a pre-save hook (``jupyter/widget_views.py``) drops
+  any widget view whose model a save did not keep (a chapter reopened and saved without
+  re-running its widget cells), so that output shows the widget's static face instead.
 * The chapters are marked trusted (they are this repository's own files), so their stored
   widget and HTML outputs render with their scripts.
 * ``--allow-root`` when run as root (containers, cloud VMs), where Lab otherwise refuses.

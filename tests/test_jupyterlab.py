@@ -5,7 +5,9 @@ chapter once, with no news pop-up; a chapter opens with its widget drawn from th
 open-then-save changes no byte; after Run All, moving a widget control redraws the picture and
 Python's answer agrees with the JavaScript prediction; after save, kernel shut-down and reopen
 the widget is drawn again (no "Error displaying widget"), the outputs are intact and the MyST
-source is unchanged. Every request stays on 127.0.0.1. Screenshots go to _build/screenshots/.
+source is unchanged; saved once more without re-running (the reopened tab is marked modified)
+and reopened again, the widget is still drawn and the file names no widget model it lacks.
+Every request stays on 127.0.0.1. Screenshots go to _build/screenshots/.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import lab as book_lab  # noqa: E402
 SHOTS = ROOT / "_build" / "screenshots"
 CHAPTER = "02_why_sqrt_dk"
 WIDGET_ERROR = "Error displaying widget"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 LAB_LOG: list[Path] = []  # the server's log, quoted when a check fails
 
 pytestmark = pytest.mark.browser
@@ -291,4 +295,30 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     assert page.locator(".jp-NotebookPanel .attnbook-widget svg").count() >= 1
     assert md.read_bytes() == original_md, "saving in JupyterLab rewrote the MyST source"
     _shot(page, "reopened")
+
+    # The reopened tab may be marked modified (the widget manager marks it when it restores
+    # the saved models); a reader saves it without re-running anything, and reopens it once
+    # more: the widget is still drawn, never "model not found".
+    _save(page, ipynb)
+    resaved = json.loads(ipynb.read_text())
+    assert not _dangling_views(resaved), f"views without models: {_dangling_views(resaved)}"
+    assert _outline(resaved) == _outline(stored), "saving again lost outputs"
+    _shut_down_kernel(page, url)
+    _open(page, url, reload_if_stuck=True)
+    page.wait_for_timeout(1500)
+    assert WIDGET_ERROR not in page.inner_text(".jp-NotebookPanel")
+    assert page.locator(".jp-NotebookPanel .attnbook-widget svg").count() >= 1
+    _shot(page, "reopened-twice")
     assert not page.outside, f"requests left 127.0.0.1: {page.outside[:5]}"
+
+
+def _dangling_views(nb: dict) -> list[str]:
+    """Widget views in the outputs whose model the notebook's saved widget state lacks."""
+    state = nb["metadata"].get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return [
+        output["data"][WIDGET_VIEW]["model_id"]
+        for cell in nb["cells"]
+        for output in cell.get("outputs", [])
+        if WIDGET_VIEW in output.get("data", {})
+        and output["data"][WIDGET_VIEW]["model_id"] not in state
+    ]
