@@ -54,6 +54,26 @@ def test_training_is_reproducible_and_leaves_the_global_rng_alone():
         assert torch.equal(a, b)
 
 
+def test_a_callback_sees_every_step_and_changes_nothing():
+    config = GPTConfig(vocab=5, width=8, heads=2, kv_heads=1, context=8)
+    recipe = TrainConfig(steps=6, batch=2, warmup=2)
+    ids = torch.randint(5, (200,), generator=torch.Generator().manual_seed(3))
+    seen = []
+
+    def evaluate(step, model):  # draws from the global RNG and runs the model, as a reader's might
+        assert not model.training and not torch.is_grad_enabled()
+        seen.append((step, position_losses(model, ids).mean().item(), torch.rand(1).item()))
+
+    plain, losses = train_lm(config, recipe, ids)
+    watched, again = train_lm(config, recipe, ids, callback=evaluate)
+    assert [s for s, _, _ in seen] == list(range(7)) and again == losses
+    for a, b in zip(plain.parameters(), watched.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert seen[-1][1] == position_losses(watched, ids).mean().item()  # the final model
+    with pytest.raises(TypeError, match="callback must be callable"):
+        train_lm(config, recipe, ids, callback=3)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [

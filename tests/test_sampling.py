@@ -44,6 +44,27 @@ def test_low_temperature_is_greedy():
     assert torch.equal(ids[0, 2:], logits[0].argmax(-1))
 
 
+def test_top_k_draws_only_among_the_k_largest_logits():
+    model, prompt = _model(), torch.randint(13, (4, 2), generator=torch.Generator().manual_seed(2))
+    for k in (1, 3):
+        ids, logits = generate(
+            model, prompt, 10, top_k=k, temperature=5.0, generator=torch.Generator().manual_seed(k)
+        )
+        rank = (logits > logits.gather(-1, ids[:, 2:, None])).sum(-1)  # (B, steps) larger logits
+        assert rank.max() < k  # each draw is among the k largest of its own logits
+        if k == 1:  # greedy, whatever the temperature
+            assert torch.equal(ids[:, 2:], logits.argmax(-1))
+    hot = generate(model, prompt, 10, temperature=5.0, generator=torch.Generator().manual_seed(3))
+    hot_ids, hot_logits = hot
+    drawn = hot_logits.gather(-1, hot_ids[:, 2:, None])  # (B, steps, 1)
+    assert (drawn < hot_logits.topk(3).values[..., -1:]).any(), (
+        "without top_k a hot sampler leaves the top 3 (the test above could not fail)"
+    )
+    every = generate(model, prompt, 10, top_k=13, generator=torch.Generator().manual_seed(4))
+    plain = generate(model, prompt, 10, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(every[0], plain[0])  # top_k = V keeps every token
+
+
 @pytest.mark.parametrize(
     "prompt", [torch.zeros(0, 3, dtype=torch.long), torch.zeros(2, 0, dtype=torch.long),
                torch.tensor([[0, 13]]), torch.tensor([[-1, 2]])],
@@ -64,6 +85,9 @@ def test_a_bad_prompt_is_rejected_by_name(prompt, use_cache):
         ({"temperature": 0.0}, ValueError, "temperature must be > 0"),
         ({"use_cache": 1}, TypeError, "use_cache must be True or False"),
         ({"generator": 3}, TypeError, "generator must be a Generator"),
+        ({"top_k": 0}, ValueError, "top_k must be >= 1"),
+        ({"top_k": 14}, ValueError, "top_k must be <= 13"),
+        ({"top_k": 2.0}, TypeError, "top_k must be an int"),
     ],
 )
 def test_bad_input(kwargs, error, match):

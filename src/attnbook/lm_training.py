@@ -7,6 +7,7 @@ and the loss averages all of them: the decoder trains on every position at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -64,7 +65,11 @@ class TrainConfig:
 
 
 def train_lm(
-    config: GPTConfig, recipe: TrainConfig, ids: torch.Tensor
+    config: GPTConfig,
+    recipe: TrainConfig,
+    ids: torch.Tensor,
+    *,
+    callback: Callable[[int, TinyGPT], None] | None = None,
 ) -> tuple[TinyGPT, list[float]]:
     """Train a fresh model on random windows of ``ids`` with AdamW.
 
@@ -75,19 +80,26 @@ def train_lm(
         config: the architecture; windows have ``config.context`` inputs.
         recipe: steps, batch, learning-rate schedule, clipping and seed.
         ids: the training stream ``(N,)`` of ids in ``[0, config.vocab)``.
+        callback: called as ``callback(step, model)`` before the first step (``step = 0``)
+            and after every step (``step`` = steps done), with the model in eval mode, no
+            gradients and the global RNG saved and restored around it: a held-out
+            evaluation there leaves the run bit for bit as it is without one. It must not
+            change the model's parameters.
 
     Returns:
         ``(model in eval mode, per-step training losses in nats per token)``.
 
     Raises:
         TypeError: ``config`` or ``recipe`` of the wrong type, ``ids`` not a 1-D integer
-            tensor.
+            tensor, ``callback`` not callable.
         ValueError: ``ids`` with ``context`` or fewer ids, ids outside ``[0, config.vocab)``,
             or no values (``meta``); checked before any training step.
     """
     require_instance("config", config, GPTConfig)
     require_instance("recipe", recipe, TrainConfig)
     ids = require_tensor("ids", ids, rank=1, dtype="integer", shape_hint="(N,)")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable, got {type(callback).__name__}")
     require_values("ids", ids)
     if len(ids) <= config.context:
         raise ValueError(f"ids must hold more than context={config.context} ids, got {len(ids)}")
@@ -109,7 +121,15 @@ def train_lm(
         betas=(0.9, 0.95),
     )
     sampler, losses = torch.Generator().manual_seed(recipe.seed + 1), []
-    model.train()
+
+    def report(step: int) -> None:
+        if callback is not None:
+            model.eval()
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                callback(step, model)
+        model.train()
+
+    report(0)
     for step in range(recipe.steps):
         inputs, labels = random_windows(ids, recipe.batch, config.context, sampler)  # (B, T)
         logits = model(inputs)  # (B, T, V): a prediction at every position
@@ -121,6 +141,7 @@ def train_lm(
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.clip)
         optimizer.step()
         losses.append(loss.item())
+        report(step + 1)
     return model.eval(), losses
 
 

@@ -28,6 +28,7 @@ def generate(
     steps: int,
     *,
     temperature: float = 1.0,
+    top_k: int | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,6 +43,9 @@ def generate(
         temperature: divides the logits before the softmax (> 0, finite); lower is greedier,
             and a temperature so small that every gap between logits overflows samples the
             argmax (ties split evenly).
+        top_k: sample only among the ``top_k`` largest logits of each step (``1 <= top_k <=
+            V``; ties at the cut-off are all kept); ``None`` keeps every token. Applied
+            before the temperature, so ``top_k=1`` is greedy at any temperature.
         generator: the sampling noise, for reproducible text.
         use_cache: decode with a :class:`attnbook.kv_cache.KVCache` (default) or rerun the
             full sequence at every step.
@@ -52,10 +56,11 @@ def generate(
         temperature), so that the two paths can be compared step by step.
 
     Raises:
-        TypeError: ``model`` not a :class:`TinyGPT`, a non-int ``steps``, a non-real
+        TypeError: ``model`` not a :class:`TinyGPT`, a non-int ``steps`` or ``top_k``, a non-real
             ``temperature``, a non-bool ``use_cache``, a ``generator`` that is not a
             ``torch.Generator``, or ``prompt`` not an integer tensor.
-        ValueError: ``steps < 1``, ``temperature <= 0`` or not finite, ``prompt`` empty,
+        ValueError: ``steps < 1``, ``temperature <= 0`` or not finite, ``top_k`` outside
+            ``[1, V]``, ``prompt`` empty,
             outside ``[0, V)``, without values (``meta``) or too long for the context, or a
             model whose logits are not finite (a NaN weight, say): nothing can be sampled.
     """
@@ -68,6 +73,8 @@ def generate(
     prompt = require_tensor("prompt", prompt, rank=2, dtype="integer", shape_hint="(B, P)")
     require_values("prompt", prompt)
     context, vocab = model.config.context, model.config.vocab
+    if top_k is not None:
+        top_k = require_int("top_k", top_k, minimum=1, maximum=vocab)
     if prompt.numel() == 0 or prompt.min() < 0 or prompt.max() >= vocab:
         raise ValueError(
             f"prompt must be a non-empty (B, P) of ids in [0, {vocab}), got shape "
@@ -89,11 +96,15 @@ def generate(
                     f"model gave non-finite logits at step {step} (a NaN or inf weight?); "
                     "there is no distribution to sample from"
                 )
-            scaled = logits / temperature  # (B, V)
-            if torch.isfinite(scaled).all():
+            kept = logits
+            if top_k is not None:  # below the k-th largest logit: never drawn
+                cut = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+                kept = logits.masked_fill(logits < cut, -torch.inf)  # (B, V)
+            scaled = kept / temperature  # (B, V)
+            if (torch.isfinite(scaled) | (kept == -torch.inf)).all():  # cut tokens are -inf
                 probs = torch.softmax(scaled, dim=-1)  # (B, V)
             else:  # a temperature so small that the gaps overflow: the T -> 0 limit, argmax
-                probs = (logits == logits.amax(-1, keepdim=True)).to(logits.dtype)  # (B, V)
+                probs = (kept == kept.amax(-1, keepdim=True)).to(logits.dtype)  # (B, V)
             token = torch.multinomial(probs, 1, generator=generator)  # (B, 1)
             ids = torch.cat((ids, token), dim=1)  # (B, P + step + 1)
             if step + 1 < steps:
