@@ -50,6 +50,9 @@ from typing import Any
 
 import torch
 
+# Bound at import, so that a reader's function that patches torch cannot grade itself.
+_EQUAL, _ISCLOSE = torch.equal, torch.isclose
+
 TIME_LIMIT_S = 3.0
 """Seconds one call of the reader's function may take before it is stopped."""
 
@@ -86,7 +89,7 @@ def _same_input(a: Any, b: Any) -> bool:
         if a.is_floating_point():
             both_nan = torch.isnan(a) & torch.isnan(b)
             return bool(((a == b) | both_nan).all())
-        return bool(torch.equal(a, b))
+        return bool(_EQUAL(a, b))
     if isinstance(a, tuple | list):
         return (
             isinstance(b, tuple | list)
@@ -269,7 +272,7 @@ def _tensor_difference(expected: torch.Tensor, got: Any) -> Difference | None:
                                  f"{e[i].item():.4g} was expected",
                           f"{int(inf.sum())} entries infinite")  # fmt: skip
     rtol, atol = TOLERANCE.get(expected.dtype, (1e-4, 1e-4))
-    bad = ~torch.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
+    bad = ~_ISCLOSE(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
     if not bad.any():
         return None
     err = (g64 - e64).abs().nan_to_num(nan=math.inf).masked_fill(~bad, 0)
@@ -359,13 +362,13 @@ def _finite_parts_agree(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if not a.is_floating_point():
-        return bool(torch.equal(a, b))
+        return bool(_EQUAL(a, b))
     a64, b64 = a.detach().double(), b.detach().double()
     fa, fb = torch.isfinite(a64), torch.isfinite(b64)
-    if not torch.equal(fa, fb):
+    if not _EQUAL(fa, fb):
         return False
     rtol, atol = TOLERANCE.get(a.dtype, (1e-4, 1e-4))
-    return bool(torch.isclose(a64[fa], b64[fb], rtol=rtol, atol=atol).all())
+    return bool(_ISCLOSE(a64[fa], b64[fb], rtol=rtol, atol=atol).all())
 
 
 def _same_value(a: Any, b: Any) -> bool:

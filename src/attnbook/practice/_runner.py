@@ -36,8 +36,9 @@ def _prepared(exercise: Exercise) -> tuple[tuple[dict[str, Any], Any], ...]:
     """Inputs and reference output of every case, computed once per session."""
     rows = []
     for case in exercise.cases:
-        inputs = case.make()
-        expected = call(exercise.reference, inputs, keyword=exercise.keyword_call)
+        with torch.inference_mode(False), torch.enable_grad():  # whatever mode the reader is in
+            inputs = case.make()
+            expected = call(exercise.reference, inputs, keyword=exercise.keyword_call)
         if expected.error is not None:  # a bug in the book, not in the reader's code
             raise RuntimeError(f"{exercise.name}: reference fails on {case.label}") from (
                 expected.error
@@ -59,9 +60,9 @@ def _variant_wrong(exercise: Exercise, variant: Callable[..., Any]) -> tuple[boo
 
 @cache
 def _variant_outcomes(exercise: Exercise, variant: Callable[..., Any]) -> tuple[Outcome, ...]:
-    return tuple(
-        call(variant, inputs, keyword=exercise.keyword_call) for inputs, _ in _prepared(exercise)
-    )
+    rows = _prepared(exercise)
+    with torch.inference_mode(False), torch.enable_grad():
+        return tuple(call(variant, inputs, keyword=exercise.keyword_call) for inputs, _ in rows)
 
 
 def _describe(value: Any) -> str:
@@ -320,7 +321,10 @@ def _case_lines(exercise: Exercise, failures: list[Failure | None]) -> tuple[str
 
 
 def run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
-    """Check ``fn`` against ``exercise``; see :func:`attnbook.practice.check`."""
+    """Check ``fn`` against ``exercise``; see :func:`attnbook.practice.check`. The global
+    autograd mode and the comparison functions are put back afterwards, whatever ``fn`` did
+    to them."""
+    grad, saved = torch.is_grad_enabled(), {n: getattr(torch, n) for n in _COMPARISONS}
     try:
         return _run(exercise, fn)
     except KeyboardInterrupt:
@@ -333,6 +337,13 @@ def run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
             f"(describe({exercise.name!r})).",
             "wrong", kind="unreadable",
         )  # fmt: skip
+    finally:
+        torch.set_grad_enabled(grad)
+        for name, function in saved.items():
+            setattr(torch, name, function)
+
+
+_COMPARISONS = ("equal", "isclose", "allclose")
 
 
 def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
