@@ -130,6 +130,7 @@ def test_every_chapter_runs_in_a_colab_like_runtime_with_no_network(tmp_path):
             if not k.startswith(("PYTHON", "VIRTUAL_ENV")) and k not in CPU_PATHS["declared"]
         }
         | NO_VECTOR,
+        timeout=2400,  # 15 chapters in one process, sharing two cores with make test's other lanes
     )
     report = json.loads(result.stdout.strip().splitlines()[-1])
 
