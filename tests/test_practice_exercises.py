@@ -205,7 +205,7 @@ def merge_where(a, b):
 
 
 def masked_sdpa_guarded(q, k, v, mask):
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = F.scaled_dot_product_attention(q, k, v, mask)  # attn_mask, positional
     return torch.where(mask.any(-1, keepdim=True), out, 0.0)  # SDPA gives NaN on empty rows
 
 
