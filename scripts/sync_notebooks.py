@@ -69,6 +69,24 @@ def notebook(md: Path, portable: Portable | None = None) -> nbformat.NotebookNod
     return nb
 
 
+def coalesced(outputs: list) -> list:
+    """Consecutive stream outputs of one name joined into one: where a kernel split a cell's
+    printing depends on how loaded the machine was, and the stored notebook must not."""
+    merged: list = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (
+            output.get("output_type") == "stream"
+            and last is not None
+            and last.get("output_type") == "stream"
+            and last.get("name") == output.get("name")
+        ):
+            last["text"] = "".join(last["text"]) + "".join(output["text"])
+        else:
+            merged.append(output)
+    return merged
+
+
 def build(md: Path) -> nbformat.NotebookNode:
     nb = notebook(md)
     client = NotebookClient(
@@ -83,6 +101,8 @@ def build(md: Path) -> nbformat.NotebookNode:
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             output.get("data", {}).pop(WIDGET_VIEW, None)
+        if "outputs" in cell:
+            cell.outputs = coalesced(cell.outputs)
     nb.metadata["widgets"] = NO_LIVE_WIDGETS
     return nb
 
