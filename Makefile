@@ -1,7 +1,10 @@
 # The interface to the book. Every target sets itself up from nothing (Python 3.11 + make).
 #   make book   execute chapters (cached) and build the static site into _build/html
-#   make test   every check: unit/property tests, strict nbval, .md/.ipynb sync, ruff,
-#               a warnings-as-errors book build, the browser test, a fresh-install run
+#   make test   the gate: unit/property tests, strict nbval, .md/.ipynb sync, ruff, every
+#               chapter on two more CPU paths (one a Colab-like runtime), a warnings-as-
+#               errors book build and the site's browser tests
+#   make test-surfaces  the rest of what a reader meets, in a browser: JupyterLab, phone
+#               widths, screenshots, the whole-book PDF and its links (CI runs both)
 #   make lab    JupyterLab on notebooks/        make serve  serve _build/html on 127.0.0.1
 #   make pdf    the whole book as one PDF (_build/html/attention-and-transformers.pdf)
 #   make sync   .md -> .ipynb, re-executed in a fresh kernel (after editing a chapter)
@@ -31,7 +34,7 @@ NBVAL_FLAGS = -p no:cacheprovider $(NBVAL_MODE) --nbval-current-env \
               --nbval-sanitize-with tests/nbval_sanitize.cfg
 NBVAL  = $(NBVAL_ENV) $(BIN)/pytest $(NBVAL_FLAGS) notebooks/
 
-.PHONY: book test site-checks unit notebooks lint sync lab serve pdf bench sweep clean distclean setup browser-deps
+.PHONY: book test test-surfaces site-checks unit notebooks lint sync lab serve pdf bench sweep clean distclean setup browser-deps
 
 setup: $(STAMP) $(ASSETS)
 
@@ -99,32 +102,34 @@ lint: setup
 # Three lanes start together and share the two cores: strict nbval with the unit tests (two
 # xdist workers, one notebook or test file each at a time), the runtime lane (two workers: the
 # Colab-like runtime, the native-path run and the tests that train models, marker slow), and
-# the site lane (`make site-checks`: the build from stored outputs, then the browser tests of
-# the site and of JupyterLab beside the phone-width pass, the screenshots and the whole-book
-# PDF, whose link check reads the PDF). Chapters and tests use one thread each, and most of a
-# chapter's run is waiting on a kernel, so more lanes than cores keeps both busy
-# (benchmarks/RESULTS.md). Logs are printed at the end. Each background lane is its own
-# process group (setsid), so a failure elsewhere stops it with everything it started (kernels,
-# the JupyterLab server, Chromium).
+# the site lane (`make site-checks`: the build from stored outputs, then the site's browser
+# tests). Chapters and tests use one thread each, and most of a chapter's run is waiting on a
+# kernel, so more lanes than cores keeps both busy (benchmarks/RESULTS.md). Logs are printed at
+# the end. Each background lane is its own process group (setsid), so a failure elsewhere stops
+# it with everything it started (kernels, Chromium).
+# What a reader meets beyond the site's pages (JupyterLab, phone widths, screenshots, the PDF)
+# is `make test-surfaces`: minutes of browser time that a change to a chapter's text or code
+# rarely needs before it is pushed. CI (.ci/run) runs `make test` and then it.
 RUNTIME_LOG := _build/background-tests.log
 SITE_LOG    := _build/site-tests.log
 SIDE_LOG    := _build/side-browser-tests.log
-SIDE_TESTS  := tests/test_site.py::test_pages_fit_a_phone \
+SURFACES    := tests/test_site.py::test_pages_fit_a_phone \
                tests/test_site.py::test_screenshots_for_review \
                tests/test_site.py::test_whole_book_pdf_builds_with_sane_page_and_figure_counts \
                tests/test_site.py::test_every_internal_link_and_anchor_resolves  # after the PDF
 BROWSER     := env ATTNBOOK_REQUIRE_BROWSER=1 $(BIN)/pytest -q -p no:cacheprovider -m browser
 WORKERS     := -n 2 --dist loadfile
+DURATIONS   := --durations=15 --durations-min=5  # each lane's log names its slowest tests
 test: setup browser-deps
 	@mkdir -p _build
 	@set -e; \
-	setsid $(BIN)/pytest -q -p no:cacheprovider $(WORKERS) \
+	setsid $(BIN)/pytest -q -p no:cacheprovider $(WORKERS) $(DURATIONS) \
 	    -m "(runtime or slow) and not browser" tests/ > $(RUNTIME_LOG) 2>&1 & runtime=$$!; \
 	setsid $(MAKE) --no-print-directory site-checks > $(SITE_LOG) 2>&1 & site=$$!; \
 	trap 'kill -- -$$runtime -$$site 2> /dev/null || true' EXIT; \
 	set -x; \
 	$(MAKE) --no-print-directory lint; \
-	$(NBVAL_ENV) $(BIN)/pytest -q $(WORKERS) $(NBVAL_FLAGS) \
+	$(NBVAL_ENV) $(BIN)/pytest -q $(WORKERS) $(DURATIONS) $(NBVAL_FLAGS) \
 	    -m "not browser and not runtime and not slow" tests/ notebooks/; \
 	set +x; \
 	echo "Site build and browser tests (log: $(SITE_LOG)):"; \
@@ -134,16 +139,24 @@ test: setup browser-deps
 	if wait $$runtime; then grep -E "[0-9]+ (passed|failed)" $(RUNTIME_LOG); \
 	else cat $(RUNTIME_LOG); exit 1; fi
 
-# The site lane of `make test`: the build, proof that it executed no chapter, then the browser
-# tests (site and JupyterLab) beside the phone-width, screenshot and PDF pass.
+# The site lane of `make test`: the build, proof that it executed no chapter, then the site's
+# browser tests but the surfaces.
 site-checks: setup browser-deps
 	@$(MAKE) --no-print-directory book
 	$(BIN)/python scripts/prime_cache.py --verify
-	@set -e; setsid $(BROWSER) $(SIDE_TESTS) > $(SIDE_LOG) 2>&1 & side=$$!; \
+	$(BROWSER) $(DURATIONS) tests/ --ignore tests/test_jupyterlab.py \
+	    $(foreach t,$(SURFACES),--deselect $(t))
+
+# JupyterLab (open, run, move, save, reopen a chapter) beside the phone-width, screenshot and
+# PDF pass (whose link check reads the PDF), on the built site.
+test-surfaces: setup browser-deps
+	@$(MAKE) --no-print-directory book
+	@set -e; setsid $(BROWSER) $(DURATIONS) $(SURFACES) > $(SIDE_LOG) 2>&1 & side=$$!; \
 	trap 'kill -- -$$side 2> /dev/null || true' EXIT; \
-	$(BROWSER) tests/ $(foreach t,$(SIDE_TESTS),--deselect $(t)); \
+	$(BROWSER) $(DURATIONS) tests/test_jupyterlab.py; \
 	echo "Phone, screenshot and PDF tests (log: $(SIDE_LOG)):"; \
-	if wait $$side; then tail -n 2 $(SIDE_LOG); else cat $(SIDE_LOG); exit 1; fi
+	if wait $$side; then grep -E "[0-9]+ (passed|failed)" $(SIDE_LOG); \
+	else cat $(SIDE_LOG); exit 1; fi
 
 sync: setup
 	$(BIN)/python scripts/sync_notebooks.py $(NB)
