@@ -243,6 +243,11 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     assert f"{CHAPTER}.ipynb" in listed and f"{CHAPTER}.md" not in listed, listed
     assert "Jupyter news" not in page.inner_text("body")
     assert WIDGET_ERROR not in page.inner_text(".jp-NotebookPanel")
+    # The stored output is the static face: its note says how to put Python behind it, not
+    # that "the full widget runs in JupyterLab" (the reader is in it).
+    notes = _notes(page)
+    told = [n for n in notes if "Run this cell" not in n or "runs in JupyterLab" in n]
+    assert notes and not told, notes
     _shot(page, "first-open")
 
     # Open, then save without running: no byte changes.
@@ -277,6 +282,8 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
         timeout=60_000,
     )
     assert widget.get_attribute("data-agree") == "true", widget.get_attribute("data-max-diff")
+    note = widget.locator(".attnbook-live-note").inner_text()
+    assert "Python recomputes" in note, note
     assert widget.locator("svg").first.inner_html() != before_svg, "the picture did not change"
     assert WIDGET_ERROR not in page.inner_text(".jp-NotebookPanel")
     _shot(page, "after-run")
@@ -294,6 +301,11 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     assert json.loads(ipynb.read_text())["cells"] == saved["cells"], "reopening changed outputs"
     assert page.locator(".jp-NotebookPanel .attnbook-widget svg").count() >= 1
     assert md.read_bytes() == original_md, "saving in JupyterLab rewrote the MyST source"
+    # Drawn from the saved state with the kernel that made it gone: no claim that Python
+    # recomputes (issue 27), and the controls still redraw in JavaScript.
+    notes = _notes(page)
+    assert notes and not any("Python recomputes" in n for n in notes), notes
+    assert any("no Python kernel" in n for n in notes), notes
     _shot(page, "reopened")
 
     # The reopened tab may be marked modified (the widget manager marks it when it restores
@@ -310,6 +322,12 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
     assert page.locator(".jp-NotebookPanel .attnbook-widget svg").count() >= 1
     _shot(page, "reopened-twice")
     assert not page.outside, f"requests left 127.0.0.1: {page.outside[:5]}"
+
+
+def _notes(page) -> list[str]:
+    """The note of every widget drawn in the open chapter, once each has mounted."""
+    page.wait_for_timeout(1000)  # a kernel face's ping is answered in a round trip
+    return page.locator(".jp-NotebookPanel .attnbook-widget .attnbook-live-note").all_inner_texts()
 
 
 def _dangling_views(nb: dict) -> list[str]:

@@ -322,16 +322,23 @@ async ([esm, traits]) => {
   const module = await import(url);
   const listeners = {};
   const fire = (keys) => keys.forEach((k) => (listeners['change:' + k] || []).forEach((f) => f()));
+  const live = Boolean(window.pyAnswer);  // no pyAnswer: a saved notebook, no kernel behind it
   const model = {
     get: (k) => traits[k],
     set: (k, v) => { traits[k] = v; },
     on: (ev, f) => { (listeners[ev] = listeners[ev] || []).push(f); },
     off: (ev, f) => { listeners[ev] = (listeners[ev] || []).filter((g) => g !== f); },
     save_changes: () => {
+      if (!live) throw new Error('Syncing error: no comm channel defined');  // as ipywidgets
       window.pyAnswer(traits.params).then((answer) => {
         Object.assign(traits, answer);
         fire(Object.keys(answer));
       });
+    },
+    send: (content) => {  // a custom message; with no comm ipywidgets drops it silently
+      if (!live) return;
+      window.pyMessage(content).then((replies) =>
+        replies.forEach((r) => (listeners['msg:custom'] || []).forEach((f) => f(r))));
     },
   };
   const el = document.createElement('div');
@@ -360,12 +367,15 @@ def test_kernel_face_draws_at_once_and_agrees_with_python(browser, name, width):
         return {"state": face.state, "error": face.error, "seq": face.seq}
 
     page.expose_function("pyAnswer", answer)
+    page.expose_function("pyMessage", lambda content: _python_replies(face, content))
     traits = {k: getattr(face, k) for k in ("markup", "config", "params", "state", "error", "seq")}
     page.evaluate(KERNEL, [esm_source(name), json.loads(json.dumps(traits))])
     root = page.wait_for_selector(".attnbook-widget[data-state]")
     where = f"kernel face of {name} at {width} px"
     assert root.get_attribute("data-source") == "python"  # first picture: Python's state
     assert _form(page, root) == widget.params, f"{where}: the controls do not show the call"
+    # Python answered the mount's ping: only now does the note say Python recomputes.
+    page.wait_for_function("el => el.dataset.note === 'kernel'", arg=root)
     assert "Python recomputes" in root.inner_text()
     _legible(page, root, where)
     sent = 0
@@ -393,4 +403,164 @@ def test_kernel_face_draws_at_once_and_agrees_with_python(browser, name, width):
         and int(root.get_attribute("data-checked")) >= sent
     )
     assert not page.errors, page.errors
+    page.context.close()
+
+
+def _python_replies(face, content) -> list:
+    """The custom messages the real Python face sends back for ``content``."""
+    sent = []
+    original = face.send
+    face.send = lambda message, buffers=None: sent.append(message)
+    try:
+        face._on_ping(face, content, [])
+    finally:
+        face.send = original
+    return sent
+
+
+@pytest.mark.parametrize("name", ["mask_explorer", "rope_rotation"])
+def test_kernel_face_with_no_kernel_never_says_python_recomputes(browser, name):
+    """A saved notebook reopened with its kernel gone (issue 27): the widget is drawn from the
+    saved state and stays live in JavaScript, and its note says no kernel answers it."""
+    widget = LiveWidget(spec(name), **CALLS[name])
+    face = widget.widget()
+    page = _page(browser, 1280, "")
+    traits = {k: getattr(face, k) for k in ("markup", "config", "params", "state", "error", "seq")}
+    page.evaluate(KERNEL, [esm_source(name), json.loads(json.dumps(traits))])
+    root = page.wait_for_selector(".attnbook-widget[data-state]")
+    control, value = next(_moves(name))
+    before = page.inner_html(".attnbook-view")
+    _set(page, root, control, value)
+    page.wait_for_timeout(300)  # time for an answer that must not come
+    note = page.inner_text(".attnbook-live-note")
+    assert "Python recomputes" not in note and "no Python kernel" in note, note
+    assert "Run this cell" in note, note
+    assert page.inner_html(".attnbook-view") != before, "the JavaScript stopped drawing"
+    assert root.get_attribute("data-source") == "local"
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_static_face_in_a_notebook_does_not_send_the_reader_to_jupyterlab(browser):
+    """In JupyterLab a stored output shows the static face until its cell runs (issue 27):
+    its note says how to get Python behind it, not that the full widget runs in JupyterLab."""
+    widget = LiveWidget(spec("rope_rotation"))
+    page = _page(browser, 1280, "")
+    page.evaluate("() => document.body.setAttribute('data-jp-theme-name', 'JupyterLab Light')")
+    page.evaluate(
+        "html => { const d = document.createElement('div'); document.body.appendChild(d);"
+        " const r = document.createRange(); r.selectNode(d);"
+        " d.appendChild(r.createContextualFragment(html)); }",
+        widget.html(),
+    )
+    note = page.inner_text(".attnbook-live-note")
+    assert "runs in JupyterLab" not in note and "Run this cell" in note, note
+    assert "Live on this page" in LiveWidget(spec("rope_rotation")).html()  # the site's note
+    page.context.close()
+
+
+def _touch_page(browser, body: str):
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True
+    )
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.set_content(
+        '<!doctype html><html><head><meta charset=utf-8><meta name="viewport" '
+        f'content="width=device-width"></head><body>{body}</body></html>'
+    )
+    return page
+
+
+def test_touch_targets_are_finger_sized_and_sliders_take_the_column(browser):
+    """At 390 px under a finger (issue 27: sliders were 16 px high and 9 em wide on a 342 px
+    column, checkboxes 13 px)."""
+    page = _touch_page(browser, LiveWidget(spec("mask_explorer")).html())
+    sizes = page.evaluate(
+        """() => {
+        const form = document.querySelector('.attnbook-controls').getBoundingClientRect();
+        return [...document.querySelectorAll('.attnbook-controls input')].map((e) => {
+          const r = e.getBoundingClientRect(), l = e.closest('label').getBoundingClientRect();
+          return {type: e.type, name: e.name, w: r.width, h: r.height, row: l.width / form.width};
+        }); }"""
+    )
+    for s in sizes:
+        if s["type"] == "checkbox":
+            assert s["w"] >= 24 and s["h"] >= 24, s
+        else:
+            assert s["h"] >= 44, s
+        if s["type"] == "range":
+            assert s["row"] > 0.95, f"{s['name']}: its row is {s['row']:.0%} of the column"
+            assert s["w"] >= 110, s
+    assert {s["type"] for s in sizes} == {"range", "checkbox", "number"}
+    page.context.close()
+
+
+def test_a_finger_drag_moves_the_slider_from_its_first_pixels(browser):
+    """Chromium's own range input ignores the first 15-20 px of a finger's drag (its tap slop);
+    the book's sliders follow from the first few pixels (issue 27)."""
+    widget = LiveWidget(spec("kv_cache_calculator"))
+    page = _touch_page(browser, widget.html())
+    slider = page.locator("input[name=layers]")
+    box = slider.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    cdp = page.context.new_cdp_session(page)
+
+    def touch(kind, at):
+        points = [] if kind == "touchEnd" else [{"x": at, "y": y}]
+        cdp.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": points})
+
+    touch("touchStart", x)
+    start = int(slider.input_value())
+    seen = []
+    for dx in (2, 4, 6, 8):
+        touch("touchMove", x + dx)
+        seen.append(int(slider.input_value()))
+    touch("touchEnd", x + 8)
+    assert seen[-1] > start and seen == sorted(seen), (start, seen)
+    state = json.loads(page.locator(".attnbook-widget").get_attribute("data-state"))
+    _close(state, widget.state(layers=seen[-1]), "the picture after the drag")
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_a_typed_value_moves_its_slider(browser):
+    """Each slider has a box beside it taking a typed value (issue 27); the slider snaps it to
+    its step and range, and the picture follows."""
+    widget = LiveWidget(spec("rope_rotation"))
+    page = _page(browser, 1280, widget.html())
+    root = page.locator(".attnbook-widget").element_handle()
+    for typed, expected in (("17", 17), ("99", 32), ("4.4", 4)):
+        box = page.locator("input.attnbook-typed[name=m-out]")
+        box.fill(typed)
+        box.press("Enter")
+        assert page.locator("input[name=m]").input_value() == str(expected)
+        assert box.input_value() == str(expected), "the box does not show what the slider took"
+        state = json.loads(root.get_attribute("data-state"))
+        _close(state, widget.state(m=expected), f"typed {typed}")
+    _set(page, root, "n", 9)
+    assert page.locator("input.attnbook-typed[name=n-out]").input_value() == "9"
+    assert not page.errors, page.errors
+    page.context.close()
+
+
+def test_rope_readout_prints_the_angles_m_theta_and_n_theta(browser):
+    """The chapter teaches that q turns by m·θ and k by n·θ (issue 27): the readout says so."""
+    import re
+
+    widget = LiveWidget(spec("rope_rotation"), **CALLS["rope_rotation"])
+    page = _page(browser, 1280, widget.html())
+    text = page.inner_text(".attnbook-readout")
+    state = widget.state()
+    m, n, theta = state["m"], state["n"], state["theta"]
+    found = re.search(
+        rf"m·θ = {m}·θ = ([-0-9.e+]+) rad, k turns n·θ = {n}·θ = ([-0-9.e+]+) rad, "
+        r"difference \(n − m\)·θ = ([-0-9.e+]+) rad",
+        text,
+    )
+    assert found, text
+    wanted = (m * theta, n * theta, (n - m) * theta)
+    for got, want in zip(map(float, found.groups()), wanted, strict=True):
+        assert math.isclose(got, want, rel_tol=1e-3), (got, want)
     page.context.close()

@@ -120,7 +120,13 @@ def test_update_from_python_reaches_the_kernel_face():
 def test_markup_carries_the_called_values():
     page = LiveWidget(TOY, n=4, scale=0.3, flag=True, mode="b").html()
     assert re.search(r'name="n" data-type="int" min="1" max="5" step="1" value="4"', page)
-    assert 'value="0.3"' in page and '<output name="n-out">4</output>' in page
+    assert 'value="0.3"' in page
+    # Beside the slider, a box the reader can type into, showing the same value and bounds.
+    assert re.search(
+        r'<input type="number" class="attnbook-typed" name="n-out" min="1" max="5" step="1" '
+        r'value="4"',
+        page,
+    )
     assert re.search(r'name="flag" data-type="bool" checked', page)
     assert '<option value="b" selected>' in page and '<option value="a">' in page
 
@@ -154,8 +160,13 @@ def test_html_face_is_self_contained_and_escaped():
         assert f'name="{control.name}"' in first
     assert "Toy &lt;widget&gt;" in first and "<widget>" not in first
     # Visible text says the script has not run; the script swaps in the live note on mount.
+    # Which one depends on where it runs: the site, a notebook before its cell runs, the
+    # kernel face with Python answering, or the kernel face drawn from a saved notebook.
     assert re.search(
-        r'data-live="Live on this page[^"]*" data-kernel="[^"]+">The script behind', first
+        r'data-live="Live on this page[^"]*" data-notebook="[^"]*Run this cell[^"]*" '
+        r'data-kernel="[^"]*Python recomputes[^"]*" data-saved="[^"]*no Python kernel[^"]*">'
+        r"The script behind",
+        first,
     )
     assert js_source("runtime") in first
     assert "http://" not in first.replace('xmlns="http://www.w3.org/2000/svg"', "")
@@ -250,3 +261,16 @@ def test_widget_functions_are_never_shadowed_by_their_modules(name):
     spec(name)  # imports the defining module first, the order that used to shadow
     assert callable(getattr(widgets, name))
     assert WIDGETS[name] != name, "a module named like its function would shadow it"
+
+
+def test_kernel_face_answers_a_ping_and_changes_no_trait():
+    """The JavaScript asks at mount whether Python holds the model (issue 27: the note said
+    Python recomputes after the kernel had gone); the answer is a message, not a trait."""
+    face = LiveWidget(TOY).widget()
+    sent = []
+    face.send = lambda message, buffers=None: sent.append(message)
+    before = {k: getattr(face, k) for k in ("params", "state", "error", "seq")}
+    face._handle_custom_msg({"type": "ping"}, [])  # what a comm message from the page calls
+    face._handle_custom_msg({"type": "other"}, [])
+    assert sent == [{"type": "pong"}]
+    assert {k: getattr(face, k) for k in before} == before

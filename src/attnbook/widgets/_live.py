@@ -95,7 +95,19 @@ LIVE_NOTE = (
     "Live on this page: the controls recompute in your browser. "
     "The full widget, with Python behind it, runs in JupyterLab or Colab."
 )
+# The same static face inside Jupyter (a stored output, before its cell is run): the reader is
+# already where the full widget runs, so the note says how to get it, not where.
+NOTEBOOK_NOTE = (
+    "Live in your browser: the controls recompute here without Python. "
+    "Run this cell to have Python recompute each move too."
+)
+# The kernel face says Python recomputes only once Python has answered (a ping at mount, or
+# any reply); drawn from a saved notebook with no kernel behind it, it says so.
 KERNEL_NOTE = "Live: your browser draws each move at once and Python recomputes it."
+SAVED_NOTE = (
+    "Drawn from the saved notebook: your browser recomputes each move; no Python kernel is "
+    "answering this widget. Run this cell to have Python recompute each move too."
+)
 
 # Scoped to .attnbook-widget. No background of its own: the widget takes the page's colours
 # (light or dark); an error is styled as one, with 4.5:1 contrast in both themes.
@@ -105,8 +117,22 @@ _CSS = (
     "box-sizing:border-box}"
     ".attnbook-widget .attnbook-controls{display:flex;flex-wrap:wrap;gap:.3em 1.2em;"
     "align-items:center;font-size:.9em}"
-    ".attnbook-widget input[type=range]{vertical-align:middle;width:9em;max-width:60vw}"
-    ".attnbook-widget output{display:inline-block;min-width:2.5em;margin-left:.3em}"
+    # Touch targets: a slider's box is 32 px high (44 px under a finger) and takes the rest of
+    # its row on a narrow column; checkboxes 20 px (24 px); the slider answers a finger from
+    # its first pixel (touch-action, and runtime.js follows the pointer itself).
+    ".attnbook-widget .attnbook-controls label{display:inline-flex;align-items:center;"
+    "gap:.3em;min-height:32px}"
+    ".attnbook-widget .attnbook-controls label.attnbook-range{flex:1 1 20em;max-width:100%}"
+    ".attnbook-widget input[type=range]{flex:1 0 9em;width:auto;height:32px;"
+    "margin:0;touch-action:pan-y}"
+    ".attnbook-widget input[type=checkbox]{width:20px;height:20px;margin:0}"
+    ".attnbook-widget input.attnbook-typed{width:4.5em;flex:none;font:inherit;color:inherit;"
+    "background:transparent;border:1px solid rgba(128,128,128,.6);border-radius:3px;"
+    "padding:.1em .25em;box-sizing:border-box}"
+    "@media (pointer:coarse){.attnbook-widget input[type=range]{height:44px}"
+    ".attnbook-widget input[type=checkbox]{width:24px;height:24px}"
+    ".attnbook-widget .attnbook-controls label{min-height:44px}"
+    ".attnbook-widget input.attnbook-typed{min-height:44px}}"
     ".attnbook-widget .attnbook-live-note{font-size:.85em;margin:.2em 0}"
     ".attnbook-widget .attnbook-view{width:100%;min-height:1em}"
     ".attnbook-widget .attnbook-view svg{display:block;max-width:100%;height:auto;"
@@ -198,11 +224,14 @@ class Control:
         kind = "int" if self.integer else "float"
         top = self.max if maximum is None else maximum
         limit = f' data-max-from="{self.max_from}"' if self.max_from else ""
+        bounds = f'min="{_show(self.min)}" max="{_show(top)}" step="{_show(self.step)}"'
+        # Beside the slider, its value as a box the reader can type into (runtime.js moves the
+        # slider to a typed value, snapped to the slider's step and range).
         return (
-            f'<label>{label} <input type="range" name="{self.name}" data-type="{kind}" '
-            f'min="{_show(self.min)}" max="{_show(top)}" step="{_show(self.step)}" '
-            f'value="{_show(value)}"{limit}>'
-            f'<output name="{self.name}-out">{_show(value)}</output></label>'
+            f'<label class="attnbook-range">{label} <input type="range" name="{self.name}" '
+            f'data-type="{kind}" {bounds} value="{_show(value)}"{limit}>'
+            f'<input type="number" class="attnbook-typed" name="{self.name}-out" {bounds} '
+            f'value="{_show(value)}" aria-label="{label}, typed"{limit}></label>'
         )
 
 
@@ -257,6 +286,16 @@ def _kernel_class():
         state = traitlets.Dict().tag(sync=True)  # set by Python, echoing "_seq"
         error = traitlets.Unicode("").tag(sync=True)
         seq = traitlets.Int(0).tag(sync=True)  # the last request Python answered
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.on_msg(self._on_ping)
+
+        def _on_ping(self, _widget, content, _buffers) -> None:
+            # The JavaScript asks at mount whether a kernel holds this model (a custom message
+            # changes no trait, so a reopened notebook is not marked modified by asking).
+            if isinstance(content, dict) and content.get("type") == "ping":
+                self.send({"type": "pong"})
 
     return KernelFace
 
@@ -361,7 +400,8 @@ class LiveWidget:
 <div class="attnbook-widget" id="{root}" data-widget="{self.spec.name}">
 <p class="attnbook-title"><strong>{title}</strong></p>
 <p class="attnbook-live-note" data-live="{html.escape(self.spec.live_note)}" \
-data-kernel="{html.escape(KERNEL_NOTE)}">{NOT_RUN_NOTE}</p>
+data-notebook="{html.escape(NOTEBOOK_NOTE)}" data-kernel="{html.escape(KERNEL_NOTE)}" \
+data-saved="{html.escape(SAVED_NOTE)}">{NOT_RUN_NOTE}</p>
 <form class="attnbook-controls" onsubmit="return false">
 {controls}
 </form>

@@ -73,8 +73,12 @@
     return ab.svg(W, H, out, "rotated query and key, and the score against the offset");
   }
 
+  // The angles the chapter teaches: q at position m turns by m·θ, k at n by n·θ, and the
+  // score sees only their difference (n − m)·θ.
   const readout = (s) =>
     `θ = ${ab.fmt(s.theta)} rad/position (wavelength ${ab.fmt(s.wavelength)} positions) · ` +
+    `q turns m·θ = ${s.m}·θ = ${ab.fmt(s.m * s.theta)} rad, k turns n·θ = ${s.n}·θ = ` +
+    `${ab.fmt(s.n * s.theta)} rad, difference (n − m)·θ = ${ab.fmt(s.offset * s.theta)} rad · ` +
     `offset n − m = ${s.offset} · score ${ab.fmt(s.score)} · norms ${ab.fmt(s.q_norm)}, ${ab.fmt(s.k_norm)}` +
     (s.pair === 0 ? " · pair 0 turns 1 rad/position whatever the base; pick pair ≥ 1 to see the base act" : "");
 

@@ -128,9 +128,73 @@
   };
 
   // ---- the form --------------------------------------------------------------------------
+  // The box beside a slider shows its value (and takes a typed one: see typedBoxes).
   const showValue = (form, input) => {
-    const out = form.querySelector(`output[name="${input.name}-out"]`);
-    if (out) out.textContent = input.value;
+    const out = form.querySelector(`[name="${input.name}-out"]`);
+    if (out && out !== g.document?.activeElement) out.value = input.value;
+  };
+  // A typed value moves its slider (the slider snaps it to its step and range) once the
+  // reader commits it (Enter or leaving the box); keystrokes themselves redraw nothing.
+  function typedBoxes(form) {
+    const off = [];
+    for (const box of form.querySelectorAll("input.attnbook-typed")) {
+      const slider = form.querySelector(`input[type=range][name="${box.name.slice(0, -4)}"]`);
+      if (!slider) continue;
+      const hold = (e) => e.stopPropagation();
+      const commit = (e) => {
+        e.stopPropagation();
+        const typed = box.value.trim() === "" ? NaN : Number(box.value);
+        if (Number.isFinite(typed)) {
+          slider.value = String(typed);
+          slider.dispatchEvent(new Event("input", { bubbles: true }));
+        }
+        box.value = slider.value; // what the slider took
+      };
+      box.addEventListener("input", hold);
+      box.addEventListener("change", commit);
+      off.push(() => { box.removeEventListener("input", hold); box.removeEventListener("change", commit); });
+    }
+    return () => off.forEach((f) => f());
+  }
+  // A finger on a slider moves it from the first pixel: the browser's own range input waits
+  // for a drag to leave its tap slop (15-20 px) before it follows. The slider allows vertical
+  // panning (touch-action: pan-y), so a vertical swipe that starts on it still scrolls.
+  function fingerSliders(form) {
+    const off = [];
+    for (const slider of form.querySelectorAll("input[type=range]")) {
+      let active = null;
+      const place = (e) => {
+        const r = slider.getBoundingClientRect(), thumb = Math.min(16, r.width / 4);
+        const min = Number(slider.min), max = Number(slider.max);
+        const f = Math.min(1, Math.max(0, (e.clientX - r.left - thumb / 2) / Math.max(1, r.width - thumb)));
+        const before = slider.value;
+        slider.value = String(min + f * (max - min)); // the slider snaps it to its step
+        if (slider.value !== before) slider.dispatchEvent(new Event("input", { bubbles: true }));
+      };
+      const down = (e) => {
+        if (e.pointerType === "mouse" || slider.disabled) return;
+        active = e.pointerId;
+        try { slider.setPointerCapture(e.pointerId); } catch (err) { /* not capturable */ }
+        place(e);
+      };
+      const move = (e) => { if (e.pointerId === active) { e.preventDefault(); place(e); } };
+      const up = (e) => {
+        if (e.pointerId !== active) return;
+        active = null;
+        slider.dispatchEvent(new Event("change", { bubbles: true }));
+      };
+      const cancel = (e) => { if (e.pointerId === active) active = null; };
+      const handlers = { pointerdown: down, pointermove: move, pointerup: up, pointercancel: cancel };
+      for (const [k, f] of Object.entries(handlers)) slider.addEventListener(k, f);
+      off.push(() => { for (const [k, f] of Object.entries(handlers)) slider.removeEventListener(k, f); });
+    }
+    return () => off.forEach((f) => f());
+  }
+  // Static face inside a notebook front end (a stored output before its cell is run)?
+  const inNotebook = () => {
+    const body = g.document && g.document.body;
+    return Boolean((body && body.hasAttribute("data-jp-theme-name")) || g.Jupyter ||
+      (g.google && g.google.colab));
   };
   function readParams(form) {
     const params = {};
@@ -174,8 +238,10 @@
     const view = root.querySelector(".attnbook-view");
     const readout = root.querySelector(".attnbook-readout");
     const note = root.querySelector(".attnbook-live-note");
-    const live = kernel ? note && note.dataset.kernel : note && note.dataset.live;
-    if (live) note.textContent = live; // the script runs
+    // The script runs: say what answers the controls here. The kernel face says Python
+    // recomputes only once Python has answered (its ping at mount, or any reply).
+    const say = (key) => { if (note && note.dataset[key]) { note.textContent = note.dataset[key]; root.dataset.note = key; } };
+    say(kernel ? "saved" : inNotebook() && note && note.dataset.notebook ? "notebook" : "live");
     // JupyterLab uses arrow keys for cell navigation; keep them for the sliders.
     const stop = (e) => e.stopPropagation();
     root.addEventListener("keydown", stop);
@@ -223,10 +289,12 @@
     };
     form.addEventListener("input", onInput);
     form.addEventListener("change", onInput);
+    const unTyped = typedBoxes(form), unFinger = fingerSliders(form);
 
     // Python's answer to request `seq`: record agreement; draw it unless a newer request is out.
     const answer = (seq, state, error, params) => {
       const mine = predictions.get(seq);
+      if (mine && seq > 0 && seq <= sent) say("kernel"); // Python answered a request of ours
       if (mine) {
         const verdict = mine.state && state && !error ? ab.compare(mine.state, state)
           : { same: Boolean(mine.error && error), maxDiff: 0 };
@@ -278,7 +346,10 @@
         form.removeEventListener("input", onInput);
         form.removeEventListener("change", onInput);
         root.removeEventListener("keydown", stop);
+        unTyped();
+        unFinger();
       },
+      pythonAnswered: () => say("kernel"),
     };
   };
 
@@ -302,7 +373,8 @@
     };
     const mounted = ab.mount(root, name, config, kernel);
     let queued = false;
-    const onAnswer = () => {
+    const onAnswer = () => { // only Python changes these traits once the view is up
+      mounted.pythonAnswered();
       if (queued) return;
       queued = true;
       queueMicrotask(() => {
@@ -315,7 +387,13 @@
     model.on("change:seq", onAnswer);
     model.on("change:state", onAnswer);
     model.on("change:error", onAnswer);
+    // Is a kernel holding this model? Python answers a ping with a pong (a custom message
+    // changes no trait). With no kernel the message goes nowhere and the note stays "saved".
+    const onMessage = (content) => { if (content && content.type === "pong") mounted.pythonAnswered(); };
+    model.on("msg:custom", onMessage);
+    try { if (model.send) model.send({ type: "ping" }); } catch (err) { /* no kernel */ }
     return () => {
+      model.off("msg:custom", onMessage);
       model.off("change:seq", onAnswer);
       model.off("change:state", onAnswer);
       model.off("change:error", onAnswer);
