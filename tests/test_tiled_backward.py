@@ -205,8 +205,14 @@ def test_bad_arguments_are_named():
         recomputing_attention(q, k, v, scale="big")
     with pytest.raises(TypeError, match="dtype"):
         recomputing_attention(q, k.float(), v)
-    with pytest.raises(ValueError, match="heads"):
-        recomputing_attention(q, k[:, :1], v[:, :1])  # GQA is not supported
+    with pytest.raises(ValueError, match="heads must divide"):
+        recomputing_attention(q[:, :1].expand(-1, 3, -1, -1), k, v)  # 3 query heads, 2 kv heads
+    with pytest.raises(ValueError, match="query_block_size must be >= 1"):
+        recomputing_attention(q, k, v, query_block_size=0)
+    with pytest.raises(TypeError, match=r"mask must have .*bool"):
+        recomputing_attention(q, k, v, torch.ones(3, 4))
+    with pytest.raises(ValueError, match=r"mask of shape .* does not broadcast"):
+        recomputing_attention(q, k, v, torch.ones(4, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="dk"):
         recomputing_attention(q, k[..., :2], v)
     with pytest.raises(TypeError, match="q"):

@@ -145,28 +145,131 @@ def finalize(state: SoftmaxState) -> torch.Tensor:
     return state.u / l_safe.unsqueeze(-1)  # (..., Tq, dv)
 
 
+def _require_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``mask`` checked as :func:`attnbook.attention.attention` checks it: a bool tensor on
+    ``q``'s device that broadcasts to the scores ``(..., Hq, Tq, Tk)``."""
+    mask = require_tensor("mask", mask, dtype="bool", shape_hint="(..., Hq, Tq, Tk)")
+    if mask.device != q.device:
+        raise ValueError(f"mask is on {mask.device} but q, k and v are on {q.device}")
+    scores_shape = (*q.shape[:-1], k.shape[-2])  # (..., Hq, Tq, Tk)
+    try:
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
+            f"(..., Hq, Tq, Tk) = {scores_shape}"
+        )
+    return mask
+
+
+class _Layout(NamedTuple):
+    """Grouped-query attention as plain attention: the ``G = Hq / Hkv`` query heads that
+    share a key/value head are folded into its rows, ``q (..., Hkv, G, Tq, dk)``, and a query
+    tile becomes ``(..., Hkv, G * Tqb, dk)``, so every product is an ordinary batched matmul
+    against ``k (..., Hkv, Tk, dk)``. With ``G == 1`` (or rank-2 inputs) nothing is reshaped."""
+
+    q: torch.Tensor
+    mask: torch.Tensor | None
+    group: int  # 0 when not grouped
+
+
+def _layout(q, k, mask) -> _Layout:
+    if q.dim() < 3 or q.shape[-3] == k.shape[-3]:
+        return _Layout(q, mask, 0)
+    h_kv = k.shape[-3]
+    group = q.shape[-3] // h_kv
+    if mask is not None:  # broadcast to (..., Hq, Tq, Tk) and split the head axis (a view)
+        full = mask.expand(*q.shape[:-1], k.shape[-2])  # (..., Hq, Tq, Tk)
+        try:
+            mask = full.unflatten(-3, (h_kv, group))  # (..., Hkv, G, Tq, Tk)
+        except RuntimeError:  # strides that no view can split: copy (bools, Hq Tq Tk bytes)
+            mask = full.contiguous().unflatten(-3, (h_kv, group))
+    return _Layout(q.unflatten(-3, (h_kv, group)), mask, group)
+
+
+def _fold(x: torch.Tensor, group: int) -> torch.Tensor:
+    """``(..., Hkv, G, Tqb, w)`` to ``(..., Hkv, G * Tqb, w)`` when grouped, else ``x``."""
+    return x.flatten(-3, -2) if group else x
+
+
+def _allowed(causal_tile, mask_tile, group):
+    """The bool tile of allowed pairs in the (folded) layout, or ``None`` if all are."""
+    if causal_tile is not None and group:
+        causal_tile = causal_tile.repeat(group, 1)  # the same positions for each head
+    if mask_tile is not None:
+        mask_tile = _fold(mask_tile, group)
+        return mask_tile if causal_tile is None else causal_tile & mask_tile
+    return causal_tile
+
+
+def _tiles(t_q, t_k, q_block, k_block, causal, mask, device):
+    """The tile pairs that hold at least one allowed (query, key) pair.
+
+    Yields ``(qs, qe, pairs)`` for each query tile, where ``pairs`` lists
+    ``(ks, ke, causal_tile, mask_tile)``: the causal tile ``(Tqb, Tb)`` (``None`` when the
+    causal mask allows the whole tile) and the slice of ``mask`` (``None`` without one). A key
+    tile that no query of the tile may read is left out: causally, one that starts after the
+    tile's last query position; with a ``mask`` (on a device with values), one whose slice
+    holds no ``True``. A query tile with no pair left still gets one empty key tile, so that its
+    output stays attached to autograd (zero rows, zero gradients).
+    """
+    offset = t_k - t_q  # query i sits at absolute position offset + i (bottom-right aligned)
+    for qs in range(0, max(t_q, 1), q_block):
+        qe = min(qs + q_block, t_q)
+        pairs = []
+        for ks in range(0, t_k, k_block):
+            ke = min(ks + k_block, t_k)
+            if causal and ks > offset + qe - 1:  # every key after every query of the tile
+                break
+            causal_tile = mask_tile = None
+            if causal and ke - 1 > offset + qs:  # some pair of the tile is above the diagonal
+                causal_tile = causal_mask(qe - qs, ke - ks, offset=offset + qs - ks, device=device)
+            if mask is not None:
+                mask_tile = mask[..., qs:qe, ks:ke]
+                if mask_tile.device.type != "meta":
+                    allowed = mask_tile if causal_tile is None else mask_tile & causal_tile
+                    if not bool(allowed.any()):
+                        continue  # no query of the tile may read any of its keys: skipped
+            pairs.append((ks, ke, causal_tile, mask_tile))
+        yield qs, qe, pairs or [(0, 0, None, None)]
+
+
 def tiled_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    mask: torch.Tensor | None = None,
     *,
     block_size: int = 128,
+    query_block_size: int | None = None,
     causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Attention computed one key block at a time with the online softmax.
+    """Attention computed one tile of scores at a time with the online softmax.
 
-    Equal (up to rounding) to ``attention(q, k, v, causal_mask(Tq, Tk) if causal else None)``,
-    but only one ``(Tq, block_size)`` block of scores per head exists at any time, so memory
-    grows linearly in ``Tk``. (FlashAttention also tiles the queries and keeps the blocks
-    in on-chip memory; the arithmetic is the same.)
+    Equal (up to rounding) to ``attention(q, k, v, m)`` with ``m`` the ``mask`` and, if
+    ``causal``, :func:`attnbook.masks.causal_mask` (both when both are given), but only one
+    ``(query tile, key tile)`` block of scores per head exists at any time. The queries are
+    cut into tiles of ``query_block_size`` (default: one tile of all ``Tq``), the keys into
+    tiles of ``block_size``; a tile pair in which no query may read any key is skipped, not
+    computed and then masked. With ``causal`` and square tiles of ``b`` over ``t = n / b``
+    tiles per side, ``t (t + 1) / 2`` of the ``t^2`` pairs remain, so the matmul FLOPs are
+    ``(t + 1) / (2 t)`` of the dense count. (FlashAttention keeps each tile in on-chip
+    memory; the arithmetic is the same.)
 
     Args:
-        q: queries ``(..., H, Tq, dk)``.
-        k: keys ``(..., H, Tk, dk)`` (same number of heads as ``q``).
-        v: values ``(..., H, Tk, dv)``.
-        block_size: keys per block, an int >= 1; need not divide ``Tk`` (the last block is
-            shorter).
+        q: queries ``(..., Hq, Tq, dk)``; rank 2 counts as one head.
+        k: keys ``(..., Hkv, Tk, dk)``; ``Hq`` a multiple of ``Hkv``: query head ``h`` reads
+            key/value head ``h // (Hq // Hkv)`` (grouped-query attention, as in
+            :func:`attnbook.attention.attention` and SDPA's ``enable_gqa=True``).
+        v: values ``(..., Hkv, Tk, dv)``.
+        mask: optional bool tensor broadcastable to ``(..., Hq, Tq, Tk)``; ``True`` = may
+            attend. Tiles it forbids entirely are skipped (on meta tensors, which hold no
+            values, they are computed and masked).
+        block_size: keys per tile, an int >= 1; need not divide ``Tk``.
+        query_block_size: queries per tile, an int >= 1, or ``None`` for one tile.
         causal: a ``bool``: apply :func:`attnbook.masks.causal_mask` with its default offset,
             so when ``Tq != Tk`` the queries are the newest ``Tq`` positions.
         scale: multiplier of the scores; defaults to ``1 / sqrt(dk)``.
@@ -175,40 +278,50 @@ def tiled_attention(
     :func:`attnbook.attention.attention`.
 
     Returns:
-        ``(..., H, Tq, dv)``; a query with no allowed key gets a zero row (and with ``Tk == 0``
-        every row is zero, with zero gradients, as in SDPA).
+        ``(..., Hq, Tq, dv)``; a query with no allowed key gets a zero row (and with
+        ``Tk == 0`` every row is zero, with zero gradients, as in SDPA).
 
     Raises:
-        TypeError, ValueError: as :func:`attnbook.attention.attention` for ``q, k, v`` and
-            ``scale`` (here the head counts must be equal); a non-int ``block_size`` or a
-            non-bool ``causal``.
+        TypeError, ValueError: as :func:`attnbook.attention.attention` for ``q, k, v``,
+            ``mask`` and ``scale``; a non-int ``block_size`` or ``query_block_size`` below 1,
+            or a non-bool ``causal``.
     """
-    q, k, v = require_qkv(q, k, v, allow_gqa=False)
+    q, k, v = require_qkv(q, k, v)
     block_size = require_positive_int("block_size", block_size)
+    if query_block_size is not None:
+        query_block_size = require_positive_int("query_block_size", query_block_size)
     causal = require_bool("causal", causal)
+    if mask is not None:
+        mask = _require_mask(mask, q, k)
     t_q, t_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else require_real("scale", scale)
     dtype, work = q.dtype, _working_dtype(q.dtype)
     if work != dtype:  # 16-bit inputs: accumulate in float32, return in the inputs' dtype
         out = tiled_attention(
-            q.to(work), k.to(work), v.to(work), block_size=block_size, causal=causal, scale=scale
-        )
+            q.to(work), k.to(work), v.to(work), mask, block_size=block_size,
+            query_block_size=query_block_size, causal=causal, scale=scale,
+        )  # fmt: skip
         return out.to(dtype)
 
-    state = SoftmaxState(  # the empty set of keys, which merge treats as the identity
-        m=q.new_full(q.shape[:-1], _NEG_INF),  # (..., H, Tq)
-        l=q.new_zeros(q.shape[:-1]),  # (..., H, Tq)
-        u=q.new_zeros((*q.shape[:-1], v.shape[-1])),  # (..., H, Tq, dv)
-    )
-    # With Tk == 0 one empty block still runs, so the output stays attached to q, k and v
-    # (autograd then gives zero gradients, as SDPA does, instead of none at all).
-    for start in range(0, max(t_k, 1), block_size):
-        k_blk = k[..., start : start + block_size, :]  # (..., H, Tb, dk)
-        v_blk = v[..., start : start + block_size, :]  # (..., H, Tb, dv)
-        scores = (q @ k_blk.transpose(-2, -1)) * scale  # (..., H, Tq, Tb)
-        if causal and t_q > 0 and t_k > 0:  # with no queries or no keys nothing is masked
-            # Key j of this block sits at absolute position start + j, query i at t_k - t_q + i.
-            allowed = causal_mask(t_q, k_blk.shape[-2], offset=t_k - t_q - start, device=q.device)
-            scores = scores.masked_fill(~allowed, _NEG_INF)
-        state = merge(state, block_state(scores, v_blk))
-    return finalize(state)
+    lay = _layout(q, k, mask)
+    q_block = max(t_q if query_block_size is None else query_block_size, 1)
+    outputs = []
+    for qs, qe, pairs in _tiles(t_q, t_k, q_block, block_size, causal, lay.mask, q.device):
+        q_tile = _fold(lay.q[..., qs:qe, :], lay.group)  # (..., rows, dk): H x Tqb or Hkv x G Tqb
+        state = SoftmaxState(  # the empty set of keys, which merge treats as the identity
+            m=q_tile.new_full(q_tile.shape[:-1], _NEG_INF),  # (..., rows)
+            l=q_tile.new_zeros(q_tile.shape[:-1]),  # (..., rows)
+            u=q_tile.new_zeros((*q_tile.shape[:-1], v.shape[-1])),  # (..., rows, dv)
+        )
+        for ks, ke, causal_tile, mask_tile in pairs:
+            k_blk = k[..., ks:ke, :]  # (..., Hkv, Tb, dk)
+            v_blk = v[..., ks:ke, :]  # (..., Hkv, Tb, dv)
+            scores = (q_tile @ k_blk.transpose(-2, -1)) * scale  # (..., rows, Tb)
+            allowed = _allowed(causal_tile, mask_tile, lay.group)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, _NEG_INF)
+            state = merge(state, block_state(scores, v_blk))
+        out = finalize(state)  # (..., rows, dv)
+        outputs.append(out.unflatten(-2, (lay.group, qe - qs)) if lay.group else out)
+    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+    return out.flatten(-4, -3) if lay.group else out  # (..., Hq, Tq, dv)
