@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnbook.rope import apply_rope, rope_angles, rope_frequencies
+from attnbook.rope import apply_rope, rope_angles, rope_attention_factor, rope_frequencies
 
 LAYOUTS = pytest.mark.parametrize("layout", ["half", "interleaved"])
 
@@ -139,3 +139,94 @@ def test_scores_depend_only_on_the_offset(layout, seed, m, n, shift):
         return (qi @ kj.T).item()
 
     assert score(m + shift, n + shift) == pytest.approx(score(m, n), abs=1e-9)
+
+
+# --- scaling, partial rotary and position ids: oracles that need no transformers ---
+
+
+def meta_llama3_scaling(freqs, factor, low, high, context):
+    """Meta's ``apply_scaling`` from the Llama 3.1 reference code, written as a loop."""
+    out = []
+    for f in freqs.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < context / high:
+            out.append(f)
+        elif wavelen > context / low:
+            out.append(f / factor)
+        else:
+            smooth = (context / wavelen - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def test_llama3_frequencies_match_metas_loop():
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    plain = rope_frequencies(128, base=500000.0)
+    expected = meta_llama3_scaling(plain, 8.0, 1.0, 4.0, 8192)
+    torch.testing.assert_close(rope_frequencies(128, base=500000.0, scaling=scaling), expected)
+    assert (expected == plain).sum() not in (0, 64) and (expected == plain / 8).any()
+
+
+@LAYOUTS
+def test_linear_scaling_is_position_interpolation(layout):
+    """``factor`` s at position s m turns exactly as no scaling at position m."""
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    m = torch.tensor([0, 1, 5, 9, 100, 4097])
+    scaled = apply_rope(x, 4 * m, layout=layout, scaling={"rope_type": "linear", "factor": 4})
+    torch.testing.assert_close(scaled, apply_rope(x, m, layout=layout))
+
+
+def test_yarn_scales_norms_by_its_attention_factor_and_keeps_fast_pairs():
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    factor = rope_attention_factor(scaling)
+    assert factor == pytest.approx(0.1 * math.log(4.0) + 1.0, rel=1e-15)
+    x = torch.randn(3, 7, 128, dtype=torch.float64)
+    out = apply_rope(x, torch.arange(7) * 300, scaling=scaling)
+    torch.testing.assert_close(out.norm(dim=-1), factor * x.norm(dim=-1))
+    freqs = rope_frequencies(128, scaling=scaling)
+    plain = rope_frequencies(128)
+    # pairs making more than 32 turns in 4096 positions keep their frequency, those making
+    # fewer than one are divided by the factor
+    turns = 4096 * plain / (2 * math.pi)
+    torch.testing.assert_close(freqs[turns > 32], plain[turns > 32])
+    torch.testing.assert_close(freqs[turns < 1], plain[turns < 1] / 4)
+
+
+@LAYOUTS
+def test_partial_rotary_turns_only_the_leading_features(layout):
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    positions = torch.arange(5) + 3
+    out = apply_rope(x, positions, layout=layout, rotary_dim=4)
+    assert torch.equal(out[..., 4:], x[..., 4:])
+    # the turned block is a 4-wide head in its own right: frequencies base**(-2p/4)
+    torch.testing.assert_close(out[..., :4], apply_rope(x[..., :4], positions, layout=layout))
+    assert not torch.allclose(out[..., :4], x[..., :4])
+    full = apply_rope(x, positions, layout=layout, rotary_dim=12)
+    assert torch.equal(full, apply_rope(x, positions, layout=layout))
+
+
+def test_partial_rotary_pair_1_turns_at_the_rotary_width_frequency():
+    """Hand case: rotary_dim 4 of 8 features, half layout, pair 1 is features (1, 3)."""
+    x = torch.zeros(1, 8, dtype=torch.float64)
+    x[0, 1] = 1.0
+    base = (4 / math.pi) ** 2  # pair 1 of a 4-wide rotation turns by pi/4 per position
+    out = apply_rope(x, torch.tensor([2]), base=base, rotary_dim=4)[0]
+    expected = torch.zeros(8, dtype=torch.float64)
+    expected[3] = 1.0  # (1, 0) turned by 2 * pi/4 = pi/2 is (0, 1)
+    torch.testing.assert_close(out, expected)
+
+
+def test_2d_positions_for_4d_x_are_per_sequence():
+    x = torch.randn(2, 2, 4, 6, dtype=torch.float64)  # B == H
+    ids = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 9]])
+    out = apply_rope(x, ids)
+    torch.testing.assert_close(out, apply_rope(x, ids[:, None, :]))
+    for b in range(2):
+        for h in range(2):
+            torch.testing.assert_close(out[b, h], apply_rope(x[b, h], ids[b]))
