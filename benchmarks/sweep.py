@@ -139,10 +139,22 @@ def fingerprint(chapter: str) -> str:
     return h.hexdigest()
 
 
+def _values(run: dict) -> tuple:
+    return tuple((c["name"], c["min"], c["max"]) for c in run["claims"])
+
+
 def summarise(runs: list[dict]) -> list[dict]:
-    """One row per (chapter, claim, bound side): worst value, margin and z over the runs."""
+    """One row per (chapter, claim, bound side): worst value, margin and z over the runs.
+
+    Two CPU paths of one seed can compute the same bits (on an AVX2 machine the native path
+    is the declared one): such a run counts for ``runs`` and for failures but once only for
+    the statistics, and ``distinct`` says how many runs computed something of their own."""
     rows: dict[tuple[str, str], dict] = {}
+    seen: set[tuple] = set()
     for run in runs:
+        key = (run["chapter"], run.get("seed", id(run)), _values(run))
+        duplicate = key in seen
+        seen.add(key)
         for c in run["claims"]:
             row = rows.setdefault(
                 (run["chapter"], c["name"]),
@@ -154,13 +166,16 @@ def summarise(runs: list[dict]) -> list[dict]:
                     "mins": [],
                     "maxs": [],
                     "runs": 0,
+                    "distinct": 0,
                     "failed": 0,
                 },
             )
             if (row["above"], row["below"]) != (c["above"], c["below"]):
                 row["failed"] += 1  # one claim name with two bounds: never room to spare
-            row["mins"].append(c["min"])
-            row["maxs"].append(c["max"])
+            if not duplicate:
+                row["mins"].append(c["min"])
+                row["maxs"].append(c["max"])
+                row["distinct"] += 1
             row["runs"] += 1
             row["failed"] += not c["held"]
     out = []
@@ -222,15 +237,20 @@ def write_table(result: dict) -> str:
         "A row has room to spare (`ok`) when its bound held on every run and lies at least "
         f"{Z_REQUIRED:g} standard deviations of the runs' values from their mean (`z`).",
         "`margin` is the distance from the worst run to the bound. `cell` counts code cells.",
+        "`distinct` counts the runs that computed values of their own: where two CPU paths gave",
+        "one seed the same bits (on an AVX2 machine the native path is the declared one), the",
+        "second counts for `runs` and could fail, but not again for `z`.",
         "",
     ]
-    header = "| chapter | cell | claim | runs | min | max | above | below | margin | z | ok |"
-    lines += [header, "|" + "---|" * 11]
+    header = (
+        "| chapter | cell | claim | runs | distinct | min | max | above | below | margin | z | ok |"
+    )
+    lines += [header, "|" + "---|" * 12]
     for r in result["rows"]:
         lines.append(
             f"| {r['chapter'][:2]} | {_cell_of(r['chapter'], r['name'])} | {r['name']} | "
-            f"{r['runs']} | {_fmt(r['min'])} | {_fmt(r['max'])} | {_fmt(r['above'])} | "
-            f"{_fmt(r['below'])} | {_fmt(r['margin'])} | {_fmt(r['z'])} | "
+            f"{r['runs']} | {r['distinct']} | {_fmt(r['min'])} | {_fmt(r['max'])} | "
+            f"{_fmt(r['above'])} | {_fmt(r['below'])} | {_fmt(r['margin'])} | {_fmt(r['z'])} | "
             f"{'ok' if r['room'] else '**NO**'} |"
         )
     errors = [(run["chapter"], run["seed"], run["path"], e) for run in runs for e in run["errors"]]

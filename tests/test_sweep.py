@@ -149,3 +149,21 @@ def test_summarise_flags_a_claim_without_room():
     assert roomy["room"] and roomy["z"] >= sweep.Z_REQUIRED
     nan = sweep.summarise(runs([0.5, math.nan], above=0.0))[0]
     assert not nan["room"]
+
+
+def test_a_run_that_repeats_another_paths_bits_counts_once_for_z():
+    """On an AVX2 machine the native path computes the declared path's bits: the repeat may
+    fail a bound but must not shrink the spread that z divides by."""
+
+    def run(seed, path, v):
+        claim = {"name": "x", "min": v, "max": v, "above": 0.0, "below": None, "held": v > 0}
+        return {"chapter": "c", "seed": seed, "path": path, "claims": [claim]}
+
+    values = {0: 1.0, 1: 2.0, 2: 3.0}
+    both = [run(s, p, v) for s, v in values.items() for p in ("declared", "native")]
+    row = sweep.summarise(both)[0]
+    alone = sweep.summarise([run(s, "declared", v) for s, v in values.items()])[0]
+    assert (row["runs"], row["distinct"]) == (6, 3)
+    assert row["z"] == alone["z"]
+    other = sweep.summarise([*both[:-1], run(2, "native", 3.5)])[0]  # a path of its own
+    assert other["distinct"] == 4
