@@ -114,8 +114,16 @@ def attention(
         k: keys ``(..., Hkv, Tk, dk)``. ``Hq`` must be a multiple of ``Hkv``; query head ``h``
             reads key/value head ``h // (Hq // Hkv)`` (grouped-query attention).
         v: values ``(..., Hkv, Tk, dv)``.
-        mask: optional bool tensor broadcastable to ``(..., Hq, Tq, Tk)``; ``True`` = may
-            attend. See :mod:`attnbook.masks` for causal, padding and segment masks.
+        mask: optional tensor broadcastable to ``(..., Hq, Tq, Tk)``, as SDPA's ``attn_mask``.
+            A bool mask: ``True`` = may attend (see :mod:`attnbook.masks` for causal, padding
+            and segment masks). A floating mask is *added* to the scaled scores before the
+            softmax: ALiBi's distance penalties, or Hugging Face's eager masks (0 where allowed,
+            ``-inf`` or ``torch.finfo(dtype).min`` where not). ``-inf`` entries forbid a key
+            exactly like ``False``; a large finite negative only down-weights it, so a row
+            whose every entry is ``finfo.min`` still averages its keys (what HF's eager path
+            returns), while an all-``False`` or all-``-inf`` row gives zeros. Broadcasting
+            follows PyTorch's trailing-axes rule: a 2-D ``(B, Tk)`` mask aligns ``B`` with
+            ``Tq`` (see the warning in :func:`attnbook.masks.padding_mask`).
         scale: multiplier of the scores; defaults to ``1 / sqrt(dk)``.
         return_weights: also return the attention weights (a ``bool``).
 
@@ -130,8 +138,8 @@ def attention(
         ``Tk == 0``) gets a zero output row and zero weights, never NaN.
 
     Raises:
-        TypeError: non-tensor or non-floating ``q``/``k``/``v``, mixed dtypes, a non-bool
-            ``mask``, a non-real ``scale`` or a non-bool ``return_weights``.
+        TypeError: non-tensor or non-floating ``q``/``k``/``v``, mixed dtypes, a ``mask``
+            neither bool nor floating, a non-real ``scale`` or a non-bool ``return_weights``.
         ValueError: ranks, batch dims, ``dk``, ``Tk`` or heads that do not fit together, or
             a ``mask`` that does not broadcast to the scores.
 
@@ -143,7 +151,12 @@ def attention(
     return_weights = require_bool("return_weights", return_weights)
     scores_shape = (*q.shape[:-1], k.shape[-2])  # (..., Hq, Tq, Tk)
     if mask is not None:
-        mask = require_tensor("mask", mask, dtype="bool", shape_hint="(..., Hq, Tq, Tk)")
+        mask = require_tensor("mask", mask, shape_hint="(..., Hq, Tq, Tk)")
+        if mask.dtype != torch.bool and not mask.is_floating_point():
+            raise TypeError(
+                f"mask must have a bool dtype (True = may attend) or a floating dtype (added "
+                f"to the scores), got {mask.dtype} (shape {tuple(mask.shape)})"
+            )
         if mask.device != q.device:
             raise ValueError(f"mask is on {mask.device} but q, k and v are on {q.device}")
         try:
@@ -171,8 +184,10 @@ def attention(
         v = v.repeat_interleave(group, dim=-3)  # (..., Hq, Tk, dv)
 
     scores = (q @ k.transpose(-2, -1)) * scale  # (..., Hq, Tq, Tk)
-    if mask is not None:
+    if mask is not None and mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
+    elif mask is not None:  # additive: ALiBi biases, HF eager masks (computed in `work`)
+        scores = scores + mask.to(scores.dtype)
 
     weights = softmax(scores, dim=-1)  # (..., Hq, Tq, Tk)
     out = weights @ v  # (..., Hq, Tq, dv)

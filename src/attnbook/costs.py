@@ -9,12 +9,18 @@ Sizes are positive whole numbers, written as ints or as floats that are whole nu
 way parameter and token counts are usually written (``70e9``, ``1.4e12``); such floats
 convert exactly. A fractional float (``70.5``), a float above ``2**53`` (where floats skip
 integers: pass ``10**23``, not ``1e23``), a ``bool`` or a string is rejected with a message
-naming the argument, and every result is an exact ``int``.
+naming the argument, and every result is an exact ``int``. (Two exceptions, each documented
+where it applies: ``kv_cache_bytes`` takes ``positions=0`` and a fractional
+``bytes_per_element`` such as 0.5 for a 4-bit cache.)
 """
 
 from __future__ import annotations
 
-from attnbook._checks import require_bool, require_integral
+import math
+import numbers
+from fractions import Fraction
+
+from attnbook._checks import require_bool, require_integral, require_real
 
 
 def require_positive_int(name: str, value: object) -> int:
@@ -35,33 +41,66 @@ __all__ = [
 ]
 
 
+def _bytes_per_element(value: object) -> Fraction:
+    """A storage size per number: a positive int, or a positive float such as ``0.5`` (4-bit)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            "bytes_per_element must be a positive number (2 for bf16, 0.5 for 4-bit), "
+            f"got {value!r} of type {type(value).__name__}"
+        )
+    if isinstance(value, numbers.Integral):
+        exact = Fraction(int(value))
+    else:
+        if not math.isfinite(float(value)):
+            raise ValueError(f"bytes_per_element must be finite, got {value!r}")
+        exact = Fraction(float(value))  # 0.5, 0.25, 0.375 are exact binary fractions
+    if exact <= 0:
+        raise ValueError(f"bytes_per_element must be > 0, got {value!r}")
+    return exact
+
+
 def kv_cache_bytes(
     *,
     layers: int,
     positions: int,
     kv_heads: int,
     head_dim: int,
-    bytes_per_element: int,
+    bytes_per_element: float,
     batch: int = 1,
     value_dim: int | None = None,
+    window: int | None = None,
 ) -> int:
     """Memory for the keys and values cached by every layer during decoding.
 
     Each layer stores, per sequence and position, ``kv_heads`` keys of ``head_dim`` numbers and
     ``kv_heads`` values of ``value_dim`` numbers (``value_dim`` defaults to ``head_dim``).
 
+    Args:
+        layers, kv_heads, head_dim, batch, value_dim: sizes ``>= 1``.
+        positions: tokens held so far, ``>= 0`` (0: an empty cache, 0 bytes).
+        bytes_per_element: storage per number: 2 for bf16/fp16, 1 for int8/fp8, and fractions
+            for packed caches: 0.5 for 4-bit, 0.25 for 2-bit. Only the packed numbers are
+            counted, not the scales and zero points a quantized cache also keeps.
+        window: a sliding-window model (Mistral-7B: 4096) keeps at most the ``window`` newest
+            positions in a rolling buffer, so ``min(positions, window)`` are stored. ``None``
+            (the default) caches every position.
+
     Returns:
-        ``batch * layers * positions * kv_heads * (head_dim + value_dim) * bytes_per_element``;
-        e.g. 512 MiB for 32 layers, 4096 positions, 8 kv heads of 128 in 16-bit.
+        ``batch * layers * min(positions, window) * kv_heads * (head_dim + value_dim) *
+        bytes_per_element``, rounded up to whole bytes when ``bytes_per_element`` is a
+        fraction; e.g. 512 MiB for 32 layers, 4096 positions, 8 kv heads of 128 in 16-bit.
     """
     layers = require_positive_int("layers", layers)
-    positions = require_positive_int("positions", positions)
+    positions = require_integral("positions", positions, minimum=0)
     kv_heads = require_positive_int("kv_heads", kv_heads)
     head_dim = require_positive_int("head_dim", head_dim)
-    bytes_per_element = require_positive_int("bytes_per_element", bytes_per_element)
+    per_element = _bytes_per_element(bytes_per_element)
     batch = require_positive_int("batch", batch)
     value_dim = head_dim if value_dim is None else require_positive_int("value_dim", value_dim)
-    return batch * layers * positions * kv_heads * (head_dim + value_dim) * bytes_per_element
+    if window is not None:
+        positions = min(positions, require_positive_int("window", window))
+    elements = batch * layers * positions * kv_heads * (head_dim + value_dim)
+    return math.ceil(elements * per_element)  # exact: Fraction arithmetic, one rounding
 
 
 def attention_flops(n: int, d: int) -> int:
@@ -89,19 +128,33 @@ def projection_flops(n: int, d: int) -> int:
     return 8 * n * d * d
 
 
-def swiglu_hidden(d: int, multiple_of: int = 1) -> int:
+def swiglu_hidden(d: int, multiple_of: int = 1, *, ffn_dim_multiplier: float | None = None) -> int:
     """FFN width of a gated (SwiGLU) block with the parameters of a ``4 d`` plain FFN.
 
     A gated FFN has three ``d x hidden`` matrices instead of two, so ``hidden = 2/3 * 4d``
-    keeps the count; Llama then rounds up to a hardware-friendly multiple.
+    keeps the count; Llama then scales it by ``ffn_dim_multiplier`` (Llama 2 70B and Llama 3
+    use 1.3) and rounds up to a hardware-friendly ``multiple_of``. The steps are those of
+    Meta's reference ``FeedForward``: ``int(2 * 4d / 3)``, then ``int(ffn_dim_multiplier *
+    hidden)`` (a float product truncated, as there), then the round-up.
+
+    Args:
+        d: model width.
+        multiple_of: round the width up to a multiple of this (Llama 2: 256; Llama 2 70B:
+            4096; Llama 3 8B: 1024).
+        ffn_dim_multiplier: optional positive real scale applied before rounding; ``None``
+            (the default) applies none.
 
     Returns:
-        ``8 * d // 3`` rounded up to a multiple of ``multiple_of``; e.g.
-        ``swiglu_hidden(4096, multiple_of=256) == 11008`` (Llama-7B).
+        The width, an int; e.g. ``swiglu_hidden(4096, multiple_of=256) == 11008`` (Llama-7B),
+        ``swiglu_hidden(4096, 1024, ffn_dim_multiplier=1.3) == 14336`` (Llama-3-8B) and
+        ``swiglu_hidden(8192, 4096, ffn_dim_multiplier=1.3) == 28672`` (Llama-2-70B).
     """
     d = require_positive_int("d", d)
     multiple_of = require_positive_int("multiple_of", multiple_of)
     hidden = 8 * d // 3
+    if ffn_dim_multiplier is not None:
+        scale = require_real("ffn_dim_multiplier", ffn_dim_multiplier, positive=True)
+        hidden = max(1, int(scale * hidden))
     return -(-hidden // multiple_of) * multiple_of  # ceiling division, still exact
 
 

@@ -2,16 +2,20 @@
 
 Token embedding -> ``L`` pre-norm blocks (RMSNorm, grouped-query attention with RoPE through
 :func:`attnbook.attention.attention`, RMSNorm, SwiGLU) -> RMSNorm -> logits through the
-embedding matrix again (tied unembedding). With a :class:`attnbook.kv_cache.KVCache` the same
-forward pass decodes incrementally. Sampling lives in :mod:`attnbook.sampling`; the counts of
-parameters and FLOPs are :func:`param_count` and :func:`forward_flops`.
+embedding matrix again (tied unembedding), or through a separate unembedding matrix when
+``tie_embeddings=False`` (Llama 2 and 3). The layout is Hugging Face's ``LlamaForCausalLM``
+(``head_width`` is its ``head_dim``, ``qkv_bias`` Qwen2's q/k/v biases), so the same
+:func:`param_count` counts real configurations exactly. With a
+:class:`attnbook.kv_cache.KVCache` the same forward pass decodes incrementally. Sampling
+lives in :mod:`attnbook.sampling`; the counts of parameters and FLOPs are
+:func:`param_count` and :func:`forward_flops`.
 
 Extra shape name: ``V`` vocabulary size.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +31,7 @@ from attnbook._checks import (
     too_large,
 )
 from attnbook.attention import attention
-from attnbook.costs import attention_flops, block_params, ffn_flops, swiglu_hidden
+from attnbook.costs import attention_flops, ffn_flops, swiglu_hidden
 from attnbook.heads import merge_heads, split_heads
 from attnbook.kv_cache import KVCache
 from attnbook.masks import causal_mask
@@ -36,10 +40,20 @@ from attnbook.rope import apply_rope
 
 __all__ = ["GPTConfig", "TinyGPT", "forward_flops", "param_count"]
 
+_REAL_MODEL_FIELDS = ("head_width", "qkv_bias", "tie_embeddings")
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class GPTConfig:
-    """The architecture; the defaults are chapter 13's model. Every size is a positive int."""
+    """The architecture; the defaults are chapter 13's model. Every size is a positive int.
+
+    The last three fields describe real models and default to chapter 13's choices:
+    ``head_width`` (Hugging Face's ``head_dim``; 0 means ``width // heads``; Gemma-7B and
+    Qwen3 use heads wider or narrower than ``width / heads``), ``qkv_bias`` (biases on the
+    query, key and value projections, as in Qwen2) and ``tie_embeddings`` (``False``: a
+    separate ``V x d`` unembedding, as in Llama 2 and 3). The repr lists them only when they
+    differ from those defaults.
+    """
 
     vocab: int  # V: token ids lie in [0, V)
     width: int = 64  # d: the residual stream's width
@@ -50,6 +64,9 @@ class GPTConfig:
     context: int = 64  # longest sequence trained on, and the KV cache's default size
     rope_base: float = 10000.0  # RoPE wavelength scale
     eps: float = 1e-6  # RMSNorm's epsilon
+    head_width: int = 0  # dk per head; 0 means width // heads (HF's head_dim)
+    qkv_bias: bool = False  # biases on W_Q, W_K, W_V (Qwen2); W_O never has one
+    tie_embeddings: bool = True  # False: a separate unembedding matrix (Llama 2 and 3)
 
     def __post_init__(self) -> None:
         for name in ("vocab", "width", "layers", "heads", "kv_heads", "context"):
@@ -57,16 +74,32 @@ class GPTConfig:
         require_int("hidden", self.hidden, minimum=0)
         require_real("rope_base", self.rope_base, positive=True)
         require_real("eps", self.eps, positive=True)
-        if self.width % self.heads or (self.width // self.heads) % 2:
+        require_int("head_width", self.head_width, minimum=0)
+        require_bool("qkv_bias", self.qkv_bias)
+        require_bool("tie_embeddings", self.tie_embeddings)
+        if self.head_width:
+            if self.head_width % 2:
+                raise ValueError(f"head_width={self.head_width} must be even, for RoPE")
+        elif self.width % self.heads or (self.width // self.heads) % 2:
             raise ValueError(
-                f"width={self.width} must split into heads={self.heads} heads of even width"
+                f"width={self.width} must split into heads={self.heads} heads of even width "
+                "(or give head_width explicitly)"
             )
         if self.heads % self.kv_heads:
             raise ValueError(f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}")
 
+    def __repr__(self) -> str:
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name not in _REAL_MODEL_FIELDS or getattr(self, f.name) != f.default
+        ]
+        return f"GPTConfig({', '.join(shown)})"
+
     @property
     def head_dim(self) -> int:
-        return self.width // self.heads
+        """Features per query, key and value head: ``head_width``, or ``width // heads``."""
+        return self.head_width or self.width // self.heads
 
     @property
     def ffn_width(self) -> int:
@@ -90,10 +123,11 @@ class Block(nn.Module):
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
-        self.c, d, kv_width = c, c.width, c.kv_heads * c.head_dim
+        self.c, d, kv_width, bias = c, c.width, c.kv_heads * c.head_dim, c.qkv_bias
+        q_width = c.heads * c.head_dim  # d itself unless head_width says otherwise
         self.norm1, self.norm2 = RMSNorm(d, eps=c.eps), RMSNorm(d, eps=c.eps)
-        self.q, self.o = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
-        self.k, self.v = nn.Linear(d, kv_width, bias=False), nn.Linear(d, kv_width, bias=False)
+        self.q, self.o = nn.Linear(d, q_width, bias=bias), nn.Linear(q_width, d, bias=False)
+        self.k, self.v = nn.Linear(d, kv_width, bias=bias), nn.Linear(d, kv_width, bias=bias)
         self.ffn = SwiGLU(d, c.ffn_width)
 
     def forward(
@@ -112,10 +146,14 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """Embedding, ``L`` pre-norm blocks, a final RMSNorm and the tied unembedding.
+    """Embedding, ``L`` pre-norm blocks, a final RMSNorm and the unembedding (tied unless
+    ``config.tie_embeddings`` is false, then a separate ``unembed`` matrix ``(V, d)``).
 
     Weights start as in GPT-2: normal with std 0.02, the two projections that write into the
-    residual stream (``o`` and ``ffn.down``) shrunk by ``sqrt(2 L)``; norm gains start at 1.
+    residual stream (``o`` and ``ffn.down``) shrunk by ``sqrt(2 L)``; norm gains start at 1,
+    biases (``qkv_bias``) at 0. Built on the ``meta`` device (``with torch.device("meta"):``)
+    it allocates nothing, so a 70B configuration can be counted:
+    ``sum(p.numel() for p in model.parameters()) == param_count(config)``.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -125,10 +163,14 @@ class TinyGPT(nn.Module):
             self.embed = nn.Embedding(config.vocab, config.width)
             self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
             self.norm = RMSNorm(config.width, eps=config.eps)
+            if not config.tie_embeddings:
+                self.unembed = nn.Linear(config.width, config.vocab, bias=False)
         for name, p in self.named_parameters():
             if p.dim() == 2:
                 residual = name.endswith((".o.weight", ".down.weight"))
                 nn.init.normal_(p, std=0.02 / (2 * config.layers) ** 0.5 if residual else 0.02)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
 
     def forward(
         self, ids: torch.Tensor, *, cache: KVCache | None = None, return_weights: bool = False
@@ -205,7 +247,8 @@ class TinyGPT(nn.Module):
         for layer, block in enumerate(self.blocks):
             x, weights = block(x, positions, cache, layer)  # (B, T, d)
             all_weights.append(weights)
-        logits = F.linear(self.norm(x), self.embed.weight)  # (B, T, V): tied unembedding
+        unembed = self.embed.weight if c.tie_embeddings else self.unembed.weight  # (V, d)
+        logits = F.linear(self.norm(x), unembed)  # (B, T, V)
         return (logits, all_weights) if return_weights else logits
 
     def new_cache(self, batch: int = 1, max_positions: int | None = None) -> KVCache:
@@ -218,16 +261,23 @@ class TinyGPT(nn.Module):
 
 
 def param_count(config: GPTConfig) -> int:
-    """Parameters of :class:`TinyGPT`, from :func:`attnbook.costs.block_params`.
+    """Parameters of :class:`TinyGPT`, and of Hugging Face's ``LlamaForCausalLM`` (and the
+    Mistral, Qwen2 and Gemma models of the same layout) built from the same sizes.
 
-    ``block_params`` counts four ``d x d`` attention matrices; grouped-query attention shrinks
-    ``W_K`` and ``W_V`` to ``d x Hkv dk``. Each block adds two RMSNorm gains of ``d``; the
-    tied embedding counts once (``V d``), plus the final norm's ``d``.
+    Per block: ``W_Q`` and ``W_O`` are ``d x Hq dk``; ``W_K`` and ``W_V`` are ``d x Hkv dk``
+    (grouped-query attention); ``qkv_bias`` adds ``Hq dk + 2 Hkv dk`` biases; the SwiGLU has
+    three ``d x hidden`` matrices; two RMSNorm gains add ``2 d``. Then the embedding ``V d``,
+    once more ``V d`` when the unembedding is untied, and the final norm's ``d``. With the
+    default ``head_width`` this is :func:`attnbook.costs.block_params` with ``W_K, W_V``
+    shrunk from ``d x d`` to ``d x Hkv dk``.
     """
     c = require_instance("config", config, GPTConfig)
-    d, kv_width = c.width, c.kv_heads * c.head_dim
-    block = block_params(d, hidden=c.ffn_width, gated=True) - 2 * d * (d - kv_width) + 2 * d
-    return c.layers * block + c.vocab * d + d
+    d, q_width, kv_width = c.width, c.heads * c.head_dim, c.kv_heads * c.head_dim
+    attention_weights = 2 * d * q_width + 2 * d * kv_width
+    biases = q_width + 2 * kv_width if c.qkv_bias else 0
+    block = attention_weights + biases + 3 * d * c.ffn_width + 2 * d
+    embeddings = c.vocab * d * (1 if c.tie_embeddings else 2)
+    return c.layers * block + embeddings + d
 
 
 def forward_flops(config: GPTConfig, tokens: int, *, cached: int = 0) -> int:
@@ -236,13 +286,15 @@ def forward_flops(config: GPTConfig, tokens: int, *, cached: int = 0) -> int:
     The new tokens attend to ``cached`` earlier positions plus themselves, computed densely
     (masked scores are computed, then dropped), as :func:`attnbook.attention.attention` does.
     Counts as :func:`attnbook.costs.ffn_flops` and friends: two FLOPs per multiply-add, no
-    elementwise work. ``cached=0`` gives a full pass; ``tokens=1`` one cached decoding step.
+    elementwise work (biases and norms are left out). ``cached=0`` gives a full pass;
+    ``tokens=1`` one cached decoding step. The scores and weighted values cost
+    ``4 n Tk Hq dk``, which is ``4 n Tk d`` unless ``head_width`` makes ``Hq dk != d``.
     """
     c = require_instance("config", config, GPTConfig)
     n = require_int("tokens", tokens, minimum=1)
     keys = n + require_int("cached", cached, minimum=0)
-    d, kv_width = c.width, c.kv_heads * c.head_dim
-    projections = 2 * n * d * (2 * d + 2 * kv_width)  # W_Q, W_O full; W_K, W_V under GQA
-    pairwise = attention_flops(n, d) * keys // n  # 4 n Tk d: scores and weighted values
+    d, q_width, kv_width = c.width, c.heads * c.head_dim, c.kv_heads * c.head_dim
+    projections = 2 * n * d * (2 * q_width + 2 * kv_width)  # W_Q, W_O; W_K, W_V under GQA
+    pairwise = attention_flops(n, q_width) * keys // n  # 4 n Tk Hq dk: scores, weighted values
     per_layer = projections + pairwise + ffn_flops(n, d, c.ffn_width, gated=True)
-    return c.layers * per_layer + 2 * n * d * c.vocab  # + the tied unembedding
+    return c.layers * per_layer + 2 * n * d * c.vocab  # + the unembedding, tied or not

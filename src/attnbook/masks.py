@@ -97,21 +97,39 @@ def sliding_window_mask(
         return (distance >= 0) & (distance < window)
 
 
-def padding_mask(lengths: torch.Tensor | Sequence[int], t: int) -> torch.Tensor:
-    """Mask that hides the padding at the end of each sequence in a right-padded batch.
+def padding_mask(
+    lengths: torch.Tensor | Sequence[int], t: int, *, side: str = "right"
+) -> torch.Tensor:
+    """Mask that hides the padding of each sequence in a padded batch.
 
     Args:
         lengths: the true length of each of the ``B`` sequences, a 1-D integer tensor or a
             sequence of ints, each in ``[0, t]``. A length of 0 gives an all-``False`` row.
         t: padded length ``T`` (the key axis of the scores).
+        side: where the padding sits, ``"right"`` (after the tokens: training batches, the
+            default) or ``"left"`` (before them: batched generation, so that every
+            sequence's newest token is in the last column).
 
     Returns:
         Bool tensor ``(B, 1, 1, T)`` on the device of ``lengths``: entry ``[b, 0, 0, j]`` is
-        ``j < lengths[b]``. It broadcasts over heads and queries, so padded *keys* are hidden;
-        outputs at padded *query* positions are still computed and should be ignored.
-        ``lengths`` on the ``meta`` device (shapes only) gives a meta mask, unchecked.
+        ``j < lengths[b]`` (right) or ``j >= T - lengths[b]`` (left). It broadcasts over heads
+        and queries, so padded *keys* are hidden; outputs at padded *query* positions are still
+        computed and should be ignored. ``lengths`` on the ``meta`` device (shapes only) gives
+        a meta mask, unchecked.
+
+    Warning:
+        The result is 4-D on purpose. Its ``[:, 0, 0]`` slice, a ``(B, T)`` tensor, is NOT a
+        valid mask for scores ``(B, H, Tq, Tk)``: broadcasting aligns trailing axes, so a
+        ``(B, Tk)`` mask lines up its batch axis with the *query* axis ``Tq``. When
+        ``B != Tq`` that fails loudly; when ``B == Tq`` it silently applies sequence ``i``'s
+        padding to query ``i`` of every sequence. ``torch.nn.functional.
+        scaled_dot_product_attention`` broadcasts the same way (it is its documented
+        semantics, and :func:`attnbook.attention.attention` keeps them): add the two axes,
+        ``mask[:, None, None, :]``.
     """
     t = require_int("t", t, minimum=1, maximum=_MAX_POSITIONS)
+    if side not in ("right", "left"):
+        raise ValueError(f"side must be 'right' or 'left', got {side!r}")
     if not isinstance(lengths, torch.Tensor):
         if not isinstance(lengths, Sequence):
             raise TypeError(f"lengths must be a 1-D tensor or a sequence of ints, got {lengths!r}")
@@ -124,7 +142,10 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], t: int) -> torch.Tensor:
         raise ValueError(f"lengths must lie in [0, t={t}], got {lengths.tolist()}")
     with too_large(f"t={t}"):
         key_pos = torch.arange(t, device=lengths.device)  # (T,)
-        valid = key_pos < lengths.unsqueeze(-1)  # (B, T)
+        if side == "right":
+            valid = key_pos < lengths.unsqueeze(-1)  # (B, T)
+        else:
+            valid = key_pos >= t - lengths.unsqueeze(-1)  # (B, T)
     return valid[:, None, None, :]  # (B, 1, 1, T)
 
 
