@@ -1,10 +1,14 @@
-"""Three holes an independent learner found in the checker, each pinned by the submission
-that found it: a correct backward rejected under ``no_grad``, float16 positions accepted by
-the RoPE exercise, and a function that patches torch's comparisons to grade itself."""
+"""Holes independent learners found in the checker, each pinned by the submission that found
+it: a correct backward rejected under ``no_grad``, float16 positions accepted by the RoPE
+exercise, a function that patches torch's comparisons to grade itself; then three wrong
+diagnoses (a "NaN" hint for a merge whose numbers are wrong everywhere, a partial match to
+``keys_only`` for a count that ignores the dtype, the catalogue's "K and V" re-cased to
+"k and V") and a check with no time cap as a whole."""
 
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
@@ -55,3 +59,81 @@ def test_a_function_that_patches_torchs_comparisons_cannot_pass():
         assert (torch.equal, torch.isclose, torch.allclose) == originals, "put back"
     finally:
         torch.equal, torch.isclose, torch.allclose = originals
+
+
+def _merge_with_the_smaller_max(a, b):
+    (m_a, l_a, u_a), (m_b, l_b, u_b) = a, b
+    m = torch.minimum(m_a, m_b)  # the wrong running max
+    c_a, c_b = torch.exp(m_a - m), torch.exp(m_b - m)
+    return m, c_a * l_a + c_b * l_b, c_a[..., None] * u_a + c_b[..., None] * u_b
+
+
+def test_wrong_numbers_everywhere_are_not_blamed_on_nan():
+    """The wrong running max gives wrong finite numbers on every ordinary case and inf only
+    where a side is empty: the hint is about the formula, not about NaN."""
+    result = practice.check("merge", _merge_with_the_smaller_max)
+    assert not result and result.mistake is None
+    assert result.kind == "values", result.message
+    hint = result.message.split("Hint:")[1]
+    assert "Non-finite numbers appear" not in hint and "formula itself is off" in hint
+    # Non-finite output on the ordinary cases too still earns the NaN hint.
+    namespace = {"torch": torch}
+    exec(practice.solution("merge"), namespace)
+
+    def nan_everywhere(a, b):
+        m, total, u = namespace["solution_merge"](a, b)
+        return m, total * float("nan"), u
+
+    nan_result = practice.check("merge", nan_everywhere)
+    assert nan_result.kind == "nan", nan_result.message
+
+
+def _kv_ignoring_dtype(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
+    return 2 * batch * layers * positions * kv_heads * head_dim * 2  # always 2 bytes
+
+
+def test_a_mistake_is_not_named_where_the_reader_is_right():
+    """Ignoring the dtype halves the count on float32 cases, as keys_only does, but is right
+    on bfloat16 ones, where keys_only is wrong: keys_only is not named, not even partly."""
+    result = practice.check("kv_cache_bytes", _kv_ignoring_dtype)
+    assert not result and result.mistake is None
+    assert result.kind != "partial" and "keys_only" not in result.message, result.message
+    assert "float32" in result.message  # the failing cases are listed, each with its dtype
+
+    # keys_only and also the batch dropped on the large batches: wrong wherever keys_only is,
+    # and equal to it on most failing cases: the partial match is still reported.
+    def keys_only_and_batch(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
+        b = 1 if batch > 3 else batch
+        return b * layers * positions * kv_heads * head_dim * dtype.itemsize
+
+    partial = practice.check("kv_cache_bytes", keys_only_and_batch)
+    assert partial.kind == "partial" and "keys_only" in partial.message, partial.message
+
+
+def test_the_catalogue_text_is_quoted_as_written():
+    def keys_only_and_batch(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
+        b = 1 if batch > 3 else batch
+        return b * layers * positions * kv_heads * head_dim * dtype.itemsize
+
+    message = practice.check("kv_cache_bytes", keys_only_and_batch).message
+    description = dict(practice.MISTAKES["kv_cache_bytes"])["keys_only"]
+    assert description.startswith("K and V") and description in message
+    assert "k and V" not in message
+
+
+def test_a_whole_check_has_a_time_cap_and_says_so():
+    """A function that takes 2.9 s a call (under the per-call limit) once took 32 s to check;
+    the whole check now stops at TOTAL_LIMIT_S and says how many cases finished."""
+
+    def slow(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
+        time.sleep(2.9)
+        return 2 * batch * layers * positions * kv_heads * head_dim * dtype.itemsize
+
+    start = time.monotonic()
+    result = practice.check("kv_cache_bytes", slow)
+    took = time.monotonic() - start
+    assert took < practice.TOTAL_LIMIT_S + 1.0, took
+    assert not result and result.kind == "timeout"
+    assert f"stops after {practice.TOTAL_LIMIT_S:g} s in all" in result.message
+    assert "cases finished in that time, all of them right" in result.message
+    assert f"{practice.TOTAL_LIMIT_S:g} s" in str(practice.describe("kv_cache_bytes"))

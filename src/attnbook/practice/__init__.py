@@ -14,11 +14,12 @@ raises it on some cases only is a partly written function and fails. ``bool(resu
 True only when the function is correct, so ``assert check(name, fn)`` fails on a stub and on
 a wrong answer.
 
-``check`` never raises for anything ``fn`` does (``SystemExit`` included) and stops a call
-that runs past :data:`TIME_LIMIT_S` seconds; only ``KeyboardInterrupt`` (Jupyter's interrupt
-button) is passed on, so that a reader can always stop a cell. What a function may return
-(dtypes, tuples, numbers) follows one set of rules, in :mod:`attnbook.practice._compare`
-and in every ``describe(name)``.
+``check`` never raises for anything ``fn`` does (``SystemExit`` included), stops a call
+that runs past :data:`TIME_LIMIT_S` seconds and a whole check past :data:`TOTAL_LIMIT_S`
+seconds (the verdict then says how many cases finished); only ``KeyboardInterrupt``
+(Jupyter's interrupt button) is passed on, so that a reader can always stop a cell. What a
+function may return (dtypes, tuples, numbers) follows one set of rules, in
+:mod:`attnbook.practice._compare` and in every ``describe(name)``.
 
 On request: ``describe(name)`` gives one exercise's contract and the rules its checker
 applies, ``hint(name)`` a nudge, ``solution(name)`` a worked solution, and ``progress()``
@@ -66,7 +67,7 @@ from typing import Any
 
 from attnbook.practice._attention import ATTENTION, SCALED_SCORES
 from attnbook.practice._capstones import ATTENTION_BACKWARD, INDUCTION_SCORE
-from attnbook.practice._compare import TIME_LIMIT_S
+from attnbook.practice._compare import TIME_LIMIT_S, TOTAL_LIMIT_S
 from attnbook.practice._costs import ATTENTION_FLOPS, KV_CACHE_BYTES
 from attnbook.practice._exercise import Exercise
 from attnbook.practice._heads import MERGE_HEADS, SPLIT_HEADS
@@ -81,6 +82,7 @@ __all__ = [
     "EXERCISES",
     "MISTAKES",
     "TIME_LIMIT_S",
+    "TOTAL_LIMIT_S",
     "Result",
     "Text",
     "check",
@@ -178,7 +180,8 @@ def describe(name: str) -> Text:
     labels = "\n".join(f"  {case.label}" for case in exercise.cases)
     return Text(
         f"{exercise.signature}\n\n{_contract(exercise)}\n\n"
-        f"Rules: {_output_rule(exercise)} Each call may take at most {TIME_LIMIT_S:g} s.\n"
+        f"Rules: {_output_rule(exercise)} Each call may take at most {TIME_LIMIT_S:g} s, "
+        f"the whole check {TOTAL_LIMIT_S:g} s.\n"
         f"The checker runs it on {len(exercise.cases)} cases:\n{labels}\n"
         f"Catalogued mistakes: {len(exercise.mistakes)} (MISTAKES[{name!r}]). "
         f"hint({name!r}) and solution({name!r}) on request."
@@ -244,8 +247,9 @@ def check(name: str, fn: Callable[..., Any]) -> Result:
         A stub that raises ``NotImplementedError`` on every case passes with status
         ``"not attempted"``. Whatever ``fn`` raises (``SystemExit`` too) is reported in
         the message, never propagated; a call that runs past :data:`TIME_LIMIT_S` seconds
-        is stopped and reported. ``KeyboardInterrupt`` is passed on, so that a cell can
-        always be interrupted.
+        is stopped and reported, and the check stops after :data:`TOTAL_LIMIT_S` seconds
+        in all, saying how many cases finished. ``KeyboardInterrupt`` is passed on, so that
+        a cell can always be interrupted.
 
     Raises:
         ValueError: ``name`` is not an exercise.

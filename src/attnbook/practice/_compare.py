@@ -18,7 +18,9 @@ Rules for what a function returns (stated once here, applied to every exercise):
 
 Time limit: each call of the reader's function gets :data:`TIME_LIMIT_S` seconds (the first
 call that runs out is tried once more, since a first use of a library may spend seconds
-importing it; a second time-out ends the check and the cases left are not run). In the main
+importing it; a second time-out ends the check and the cases left are not run), and all the
+calls of one check together get :data:`TOTAL_LIMIT_S` seconds, so a check never takes much
+longer than that, whatever the function does (a verdict that hit it says so). In the main
 thread of a Linux or macOS process (a Jupyter kernel, a script) an interval timer (SIGALRM)
 raises inside the function when the time is up; elsewhere (Windows, a worker thread) the
 function runs in a daemon thread that the checker stops waiting for, and asks to stop, at
@@ -55,6 +57,10 @@ _EQUAL, _ISCLOSE = torch.equal, torch.isclose
 
 TIME_LIMIT_S = 3.0
 """Seconds one call of the reader's function may take before it is stopped."""
+
+TOTAL_LIMIT_S = 10.0
+"""Seconds all the calls of one check may take together; the cases left are then not run and
+the verdict says how many finished (a function taking 2.9 s a call once took 32 s to check)."""
 
 # (rtol, atol) per dtype. Catalogued mistakes miss by far more than this on some case (a test
 # checks it), so a loose tolerance costs no recognition and never fails a correct solution.
