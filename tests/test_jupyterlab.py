@@ -327,7 +327,10 @@ def test_a_reader_opens_runs_moves_saves_and_reopens_a_chapter(lab, page):
 def _notes(page) -> list[str]:
     """The note of every widget drawn in the open chapter, once each has mounted."""
     page.wait_for_timeout(1000)  # a kernel face's ping is answered in a round trip
-    return page.locator(".jp-NotebookPanel .attnbook-widget .attnbook-live-note").all_inner_texts()
+    return page.evaluate(
+        """() => [...document.querySelectorAll(
+            '.jp-NotebookPanel .attnbook-widget .attnbook-live-note')].map((n) => n.textContent)"""
+    )
 
 
 def _dangling_views(nb: dict) -> list[str]:
