@@ -46,7 +46,7 @@ class RetrievalConfig:
     lr: float = 5e-3  # AdamW learning rate (constant)
     weight_decay: float = 0.01  # AdamW decoupled weight decay
     clip: float = 1.0  # gradient-norm clipping threshold
-    seed: int = 12  # seeds the data, the initial weights and the batch order
+    seed: int = 12  # seeds the initial weights and the batch order (data: make_data's generator)
 
     def __post_init__(self) -> None:
         sizes = ("keys", "values", "records", "train_size", "test_size", "width", "heads", "ffn")
