@@ -81,9 +81,14 @@ def kv_cache_bytes(
         bytes_per_element: storage per number: 2 for bf16/fp16, 1 for int8/fp8, and fractions
             for packed caches: 0.5 for 4-bit, 0.25 for 2-bit. Only the packed numbers are
             counted, not the scales and zero points a quantized cache also keeps.
-        window: a sliding-window model (Mistral-7B: 4096) keeps at most the ``window`` newest
-            positions in a rolling buffer, so ``min(positions, window)`` are stored. ``None``
-            (the default) caches every position.
+        window: a sliding-window model (Mistral-7B: 4096) attends to at most the ``window``
+            newest positions, counting the query's own (as in
+            :func:`attnbook.masks.sliding_window_mask`), so a rolling buffer needs only
+            ``min(positions, window)`` of them; ``None`` (the default) caches every position.
+            Count ``positions`` as the tokens held while a step attends, the new one included:
+            Mistral's reference code writes the new token into its ``window``-slot buffer
+            first, while ``transformers``' ``DynamicCache`` keeps ``window - 1`` between steps
+            and concatenates the new token on top.
 
     Returns:
         ``batch * layers * min(positions, window) * kv_heads * (head_dim + value_dim) *
