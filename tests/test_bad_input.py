@@ -14,7 +14,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import nn
 
-from attnbook import costs
+from attnbook import configs, costs
 from attnbook.attention import attention, softmax
 from attnbook.diagnostics import (
     check_accumulation,
@@ -25,6 +25,7 @@ from attnbook.diagnostics import (
     check_label_shift,
     check_loss_masking,
 )
+from attnbook.gpt import GPTConfig
 from attnbook.heads import merge_heads, split_heads
 from attnbook.masks import causal_mask, padding_mask, segment_mask, sliding_window_mask
 from attnbook.measured import claim
@@ -126,8 +127,8 @@ CASES = [
         ValueError, r"k has 2 heads but v has 1"),
     ("heads-indivisible", lambda: attention(t(1, 3, 3, 8), K, V),
         ValueError, r"q has 3 heads but k has 2; heads must divide"),
-    ("mask-float", lambda: attention(Q, K, V, t(3, 5)),
-        TypeError, rf"mask must have .*bool.*{shape(3, 5)}"),
+    ("mask-integer", lambda: attention(Q, K, V, t(3, 5, dtype=torch.long)),
+        TypeError, rf"mask must have a bool dtype .* or a floating dtype .*int64.*{shape(3, 5)}"),
     ("mask-not-broadcastable", lambda: attention(Q, K, V, t(3, 4, dtype=torch.bool)),
         ValueError, rf"mask of shape {shape(3, 4)}.*{shape(1, 4, 3, 5)}"),
     ("mask-too-many-dims", lambda: attention(Q, K, V, t(2, 1, 4, 3, 5, dtype=torch.bool)),
@@ -260,7 +261,7 @@ CASES = [
     ("kv-head_dim-fractional", lambda: costs.kv_cache_bytes(**{**KV, "head_dim": 1.5}),
         ValueError, r"head_dim must be a whole number, got 1\.5"),
     ("kv-bytes-bool", lambda: costs.kv_cache_bytes(**{**KV, "bytes_per_element": True}),
-        TypeError, r"bytes_per_element must be a whole number .*got True"),
+        TypeError, r"bytes_per_element must be a positive number .*got True"),
     ("kv-positions-inf", lambda: costs.kv_cache_bytes(**{**KV, "positions": float("inf")}),
         ValueError, r"positions must be a finite whole number, got inf"),
     ("kv-positions-string", lambda: costs.kv_cache_bytes(**{**KV, "positions": "4e3"}),
@@ -695,6 +696,54 @@ CASES = [
         ValueError, rf"x has d=8 features \(shape {shape(3, 8)}\), which 3 heads"),
     ("merge-rank-2", lambda: merge_heads(t(3, 8)),
         ValueError, rf"x must have rank >= 3.*{shape(3, 8)}"),
+    # --- issue 28: real configurations (masks, attention, GPTConfig, costs, configs) ---
+    ("padding-side-unknown", lambda: padding_mask([2, 1], 4, side="top"),
+        ValueError, r"side must be 'right' or 'left', got 'top'"),
+    ("padding-side-bool", lambda: padding_mask([2, 1], 4, side=True),
+        ValueError, r"side must be 'right' or 'left', got True"),
+    ("mask-complex", lambda: attention(Q, K, V, t(3, 5, dtype=torch.complex64)),
+        TypeError, rf"mask must have a bool dtype .*complex64.*{shape(3, 5)}"),
+    ("mask-float-not-broadcastable", lambda: attention(Q, K, V, t(3, 4)),
+        ValueError, rf"mask of shape {shape(3, 4)}.*{shape(1, 4, 3, 5)}"),
+    ("gpt-head_width-odd", lambda: GPTConfig(vocab=5, head_width=7),
+        ValueError, r"head_width=7 must be even"),
+    ("gpt-head_width-negative", lambda: GPTConfig(vocab=5, head_width=-2),
+        ValueError, r"head_width must be >= 0, got -2"),
+    ("gpt-head_width-float", lambda: GPTConfig(vocab=5, head_width=16.0),
+        TypeError, r"head_width must be an int, got 16\.0"),
+    ("gpt-qkv_bias-int", lambda: GPTConfig(vocab=5, qkv_bias=1),
+        TypeError, r"qkv_bias must be True or False, got 1"),
+    ("gpt-tie_embeddings-string", lambda: GPTConfig(vocab=5, tie_embeddings="no"),
+        TypeError, r"tie_embeddings must be True or False, got 'no'"),
+    ("swiglu-multiplier-zero", lambda: costs.swiglu_hidden(4096, ffn_dim_multiplier=0.0),
+        ValueError, r"ffn_dim_multiplier must be > 0, got 0\.0"),
+    ("swiglu-multiplier-string", lambda: costs.swiglu_hidden(4096, ffn_dim_multiplier="1.3"),
+        TypeError, r"ffn_dim_multiplier must be a real number, got '1\.3'"),
+    ("swiglu-multiplier-inf",
+        lambda: costs.swiglu_hidden(4096, ffn_dim_multiplier=float("inf")),
+        ValueError, r"ffn_dim_multiplier must be finite, got inf"),
+    ("kv-positions-negative", lambda: costs.kv_cache_bytes(**{**KV, "positions": -1}),
+        ValueError, r"positions must be >= 0, got -1"),
+    ("kv-bytes-zero", lambda: costs.kv_cache_bytes(**{**KV, "bytes_per_element": 0}),
+        ValueError, r"bytes_per_element must be > 0, got 0"),
+    ("kv-bytes-negative-fraction",
+        lambda: costs.kv_cache_bytes(**{**KV, "bytes_per_element": -0.5}),
+        ValueError, r"bytes_per_element must be > 0, got -0\.5"),
+    ("kv-bytes-nan", lambda: costs.kv_cache_bytes(**{**KV, "bytes_per_element": float("nan")}),
+        ValueError, r"bytes_per_element must be finite, got nan"),
+    ("kv-bytes-string", lambda: costs.kv_cache_bytes(**{**KV, "bytes_per_element": "0.5"}),
+        TypeError, r"bytes_per_element must be a positive number .*got '0\.5'"),
+    ("kv-window-zero", lambda: costs.kv_cache_bytes(**KV, window=0),
+        ValueError, r"window must be >= 1, got 0"),
+    ("kv-window-fractional", lambda: costs.kv_cache_bytes(**KV, window=4.5),
+        ValueError, r"window must be a whole number, got 4\.5"),
+    ("configs-name-unknown", lambda: configs.load("llama-9"),
+        ValueError, r"name must be one of \[.*'llama-2-7b'.*\], got 'llama-9'"),
+    ("configs-name-not-str", lambda: configs.gpt_config(7),
+        TypeError, r"config must be a dict, got int"),
+    ("configs-dict-incomplete", lambda: configs.gpt_config({"vocab_size": 5}),
+        ValueError, r"config lacks the field\(s\) \['hidden_size'"),
+    # --- end of issue 28's block ---
 ]  # fmt: skip
 
 
