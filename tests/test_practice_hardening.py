@@ -123,7 +123,7 @@ def test_the_catalogue_text_is_quoted_as_written():
 
 def test_a_whole_check_has_a_time_cap_and_says_so():
     """A function that takes 2.9 s a call (under the per-call limit) once took 32 s to check;
-    the whole check now stops at TOTAL_LIMIT_S and says how many cases finished."""
+    the check now stops TOTAL_LIMIT_S after its first case and says how many finished."""
 
     def slow(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
         time.sleep(2.9)
@@ -132,8 +132,68 @@ def test_a_whole_check_has_a_time_cap_and_says_so():
     start = time.monotonic()
     result = practice.check("kv_cache_bytes", slow)
     took = time.monotonic() - start
-    assert took < practice.TOTAL_LIMIT_S + 1.0, took
+    assert took < 2.9 + practice.TOTAL_LIMIT_S + 1.0, took
     assert not result and result.kind == "timeout"
-    assert f"stops after {practice.TOTAL_LIMIT_S:g} s in all" in result.message
+    assert f"stops {practice.TOTAL_LIMIT_S:g} s after the first case" in result.message
     assert "cases finished in that time, all of them right" in result.message
     assert f"{practice.TOTAL_LIMIT_S:g} s" in str(practice.describe("kv_cache_bytes"))
+
+
+# --- found by a second independent attack (62 submissions of its own) -----------------------
+
+
+def test_a_mask_of_the_wrong_dtype_gets_a_hint_about_bool_not_about_casting_back():
+    result = practice.check(
+        "causal_mask", lambda t_q, t_k: torch.ones(t_q, t_k, dtype=torch.int8).tril(t_k - t_q)
+    )
+    assert result.kind == "dtype" and "torch.bool" in result.message.split("Hint:")[1]
+    assert ".to(x.dtype)" not in result.message
+
+
+def test_when_only_some_outputs_are_wrong_the_hint_says_which():
+    namespace = {"torch": torch}
+    exec(practice.solution("merge"), namespace)
+
+    def u_averaged(a, b):
+        m, total, u = namespace["solution_merge"](a, b)
+        return m, total, u / 2
+
+    result = practice.check("merge", u_averaged)
+    assert result.kind == "some_outputs", result.message
+    assert "Only u is wrong: m and l agree" in result.message
+
+
+def test_a_ratio_near_one_is_printed_with_the_digits_that_show_it():
+    def one_position_too_many(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
+        return 2 * batch * layers * (positions + 1) * kv_heads * head_dim * dtype.itemsize
+
+    message = practice.check("kv_cache_bytes", one_position_too_many).message
+    assert "(1 times the reference)" not in message and "1.000244" in message
+
+
+def test_right_on_few_cases_names_those_cases():
+    def softmax_over_queries(q, k, v):
+        return torch.softmax(q @ k.mT / math.sqrt(q.shape[-1]), 0) @ v
+
+    result = practice.check("attention", softmax_over_queries)
+    assert "It is right only on edge case: no keys" in result.message, result.message
+
+
+def test_a_first_call_that_imports_does_not_eat_the_whole_checks_time(monkeypatch):
+    """The first case may spend seconds importing (FlopCounterMode: 6 s under load, longer
+    than the whole limit's share it would take); the total limit counts from after it, so a
+    correct function is not cut short. Here the total limit is shrunk below the first
+    call's time (a sleep under the per-call limit stands for the import)."""
+    from attnbook.practice import _runner
+
+    monkeypatch.setattr(_runner, "TOTAL_LIMIT_S", 1.0)
+    calls = []
+
+    def slow_first(*, t_q, t_k, heads, d_k, d_v):
+        if not calls:
+            time.sleep(1.5)
+        calls.append(1)
+        return 2 * heads * t_q * t_k * (d_k + d_v)
+
+    result = practice.check("attention_flops", slow_first)
+    assert result, result.message

@@ -15,11 +15,11 @@ True only when the function is correct, so ``assert check(name, fn)`` fails on a
 a wrong answer.
 
 ``check`` never raises for anything ``fn`` does (``SystemExit`` included), stops a call
-that runs past :data:`TIME_LIMIT_S` seconds and a whole check past :data:`TOTAL_LIMIT_S`
-seconds (the verdict then says how many cases finished); only ``KeyboardInterrupt``
-(Jupyter's interrupt button) is passed on, so that a reader can always stop a cell. What a
-function may return (dtypes, tuples, numbers) follows one set of rules, in
-:mod:`attnbook.practice._compare` and in every ``describe(name)``.
+that runs past :data:`TIME_LIMIT_S` seconds and a whole check :data:`TOTAL_LIMIT_S`
+seconds after its first case (the verdict then says how many cases finished); only
+``KeyboardInterrupt`` (Jupyter's interrupt button) is passed on, so that a reader can
+always stop a cell. What a function may return (dtypes, tuples, numbers) follows one set of
+rules, in :mod:`attnbook.practice._compare` and in every ``describe(name)``.
 
 On request: ``describe(name)`` gives one exercise's contract and the rules its checker
 applies, ``hint(name)`` a nudge, ``solution(name)`` a worked solution, and ``progress()``
@@ -181,7 +181,7 @@ def describe(name: str) -> Text:
     return Text(
         f"{exercise.signature}\n\n{_contract(exercise)}\n\n"
         f"Rules: {_output_rule(exercise)} Each call may take at most {TIME_LIMIT_S:g} s, "
-        f"the whole check {TOTAL_LIMIT_S:g} s.\n"
+        f"the cases after the first {TOTAL_LIMIT_S:g} s together.\n"
         f"The checker runs it on {len(exercise.cases)} cases:\n{labels}\n"
         f"Catalogued mistakes: {len(exercise.mistakes)} (MISTAKES[{name!r}]). "
         f"hint({name!r}) and solution({name!r}) on request."
@@ -247,8 +247,8 @@ def check(name: str, fn: Callable[..., Any]) -> Result:
         A stub that raises ``NotImplementedError`` on every case passes with status
         ``"not attempted"``. Whatever ``fn`` raises (``SystemExit`` too) is reported in
         the message, never propagated; a call that runs past :data:`TIME_LIMIT_S` seconds
-        is stopped and reported, and the check stops after :data:`TOTAL_LIMIT_S` seconds
-        in all, saying how many cases finished. ``KeyboardInterrupt`` is passed on, so that
+        is stopped and reported, and the check stops :data:`TOTAL_LIMIT_S` seconds after
+        the first case, saying how many cases finished. ``KeyboardInterrupt`` is passed on, so that
         a cell can always be interrupted.
 
     Raises:

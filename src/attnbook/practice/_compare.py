@@ -19,8 +19,9 @@ Rules for what a function returns (stated once here, applied to every exercise):
 Time limit: each call of the reader's function gets :data:`TIME_LIMIT_S` seconds (the first
 call that runs out is tried once more, since a first use of a library may spend seconds
 importing it; a second time-out ends the check and the cases left are not run), and all the
-calls of one check together get :data:`TOTAL_LIMIT_S` seconds, so a check never takes much
-longer than that, whatever the function does (a verdict that hit it says so). In the main
+calls after the first case together get :data:`TOTAL_LIMIT_S` seconds, so a check never
+takes much longer than the first call plus that, whatever the function does (a verdict that
+hit it says so). In the main
 thread of a Linux or macOS process (a Jupyter kernel, a script) an interval timer (SIGALRM)
 raises inside the function when the time is up; elsewhere (Windows, a worker thread) the
 function runs in a daemon thread that the checker stops waiting for, and asks to stop, at
@@ -59,8 +60,12 @@ TIME_LIMIT_S = 3.0
 """Seconds one call of the reader's function may take before it is stopped."""
 
 TOTAL_LIMIT_S = 10.0
-"""Seconds all the calls of one check may take together; the cases left are then not run and
-the verdict says how many finished (a function taking 2.9 s a call once took 32 s to check)."""
+"""Seconds the calls of one check after its first case may take together; the cases left are
+then not run and the verdict says how many finished (a function taking 2.9 s a call once took
+32 s to check). The first case is left out of it because a first call may spend seconds
+importing (``torch.utils.flop_counter``: 6 s on a loaded 2-core machine), which the per-call
+limit also waits for; a check of a function that never returns takes at most two calls'
+:data:`TIME_LIMIT_S`, and any other at most the first call plus ``TOTAL_LIMIT_S``."""
 
 # (rtol, atol) per dtype. Catalogued mistakes miss by far more than this on some case (a test
 # checks it), so a loose tolerance costs no recognition and never fails a correct solution.
@@ -338,8 +343,9 @@ def _number_difference(expected: int | float, got: Any) -> Difference | None:
         return None
     r = ratio(value, expected)
     text = f"is {_show(value)} instead of {_show(expected)}"
-    if r is not None:
-        text += f" ({r:.4g} times the reference)"
+    if r is not None:  # enough digits that a ratio near 1 does not read as 1
+        digits = 4 if abs(r - 1) >= 1e-3 else 4 + math.ceil(-math.log10(abs(r - 1)))
+        text += f" ({r:.{min(digits, 15)}g} times the reference)"
     if isinstance(value, float) and abs(value - expected) < 1:
         text += "; a float that misses the count by rounding"
     return Difference("ratio" if r is not None else "value", text, text.removeprefix("is "))

@@ -11,6 +11,7 @@ constant ratio, failures on some cases only).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -232,10 +233,30 @@ def _labels(exercise: Exercise, indices: list[int]) -> str:
 _VIEW_WORDS = ("view size is not compatible", "use .reshape", "not contiguous")
 
 
+def _parts_right_everywhere(exercise: Exercise, outcomes: list[Outcome | None]) -> list[str]:
+    """For a tuple answer: the outputs that agree with the reference on every case (empty
+    when the answer is not a tuple of the right length on every case, or none agree)."""
+    names = exercise.output_names
+    if not names:
+        return []
+    right = set(names)
+    for (_, expected), outcome in zip(_prepared(exercise), outcomes, strict=True):
+        if outcome is None or outcome.error is not None or outcome.timed_out:
+            return []
+        got = outcome.value
+        if not isinstance(got, tuple | list) or len(got) != len(names):
+            return []
+        for name, e, g in zip(names, expected, got, strict=True):
+            if difference(e, g) is not None:
+                right.discard(name)
+    return [n for n in names if n in right]
+
+
 def _kind_hint(
     exercise: Exercise,
     failures: list[Failure | None],
     factor: float | None,
+    outcomes: list[Outcome | None] | None = None,
 ) -> tuple[str, str]:
     """A hint that fits how the function failed, and the name of that kind."""
     failing = [i for i, f in enumerate(failures) if f is not None]
@@ -290,6 +311,14 @@ def _kind_hint(
             "shape after every step; the contract, "
             f"describe({exercise.name!r}), gives the shape the result must have."
         )
+    if "dtype" in kinds and all(
+        e.dtype == torch.bool for e in _expected_tensors(exercise) if e is not None
+    ):
+        return "dtype", (
+            "The contract asks for a torch.bool tensor (True = may attend), whatever the "
+            "inputs are: build it from a comparison (j <= i, arange < length) or end with "
+            ".bool(); 0/1 integers or floats are another convention."
+        )
     if "dtype" in kinds:
         return "dtype", (
             "The dtype is part of the contract: return the dtype the reference has (that of "
@@ -320,11 +349,27 @@ def _kind_hint(
             "empty or fully masked row, -inf - (-inf). They appear on: "
             f"{_labels(exercise, failing)}."
         )
+    right_parts = _parts_right_everywhere(exercise, outcomes) if outcomes else []
+    if right_parts:
+        wrong_parts = [n for n in exercise.output_names if n not in right_parts]
+        return "some_outputs", (
+            f"Only {' and '.join(wrong_parts)} {'is' if len(wrong_parts) == 1 else 'are'} "
+            f"wrong: {' and '.join(right_parts)} agree{'s' if len(right_parts) == 1 else ''} "
+            "with the reference on every case, so look at the step that makes "
+            f"{' and '.join(wrong_parts)} alone. {exercise.hint}"
+        )
     if factor is not None:
         return "factor", (
             f"On every case your numbers are {factor:.4g} times the reference's: one factor "
             f"is missing, extra or inverted. Which part of the formula is worth {factor:.4g} "
             f"(or {1 / factor:.4g}) on these cases?"
+        )
+    if passing and len(passing) < len(failing):
+        return "some_cases", (
+            f"It is right only on {_labels(exercise, passing)}, and wrong on the other "
+            f"{len(failing)} cases. What does {'that case' if len(passing) == 1 else 'each'} "
+            "have that hides the mistake (one key, equal sizes, a zero, for instance)? "
+            f"{exercise.hint}"
         )
     if passing:
         return "some_cases", (
@@ -333,6 +378,15 @@ def _kind_hint(
             f"{exercise.hint}"
         )
     return "generic", exercise.hint
+
+
+def _expected_tensors(exercise: Exercise) -> list[torch.Tensor | None]:
+    """The reference's tensor outputs over the cases (tuples flattened)."""
+    out: list[torch.Tensor | None] = []
+    for _, expected in _prepared(exercise):
+        for e in expected if isinstance(expected, tuple) else (expected,):
+            out.append(e if isinstance(e, torch.Tensor) else None)
+    return out
 
 
 def _case_lines(exercise: Exercise, failures: list[Failure | None]) -> tuple[str, ...]:
@@ -394,8 +448,9 @@ def _over_budget(exercise: Exercise, fn, prepared, outcomes: list[Outcome | None
         else "all of them right"
     )
     text = (
-        f"The check stops after {TOTAL_LIMIT_S:g} s in all (and {TIME_LIMIT_S:g} s per call): "
-        f"{len(done)} of {len(prepared)} cases finished in that time, {so_far}.\n"
+        f"The check stops {TOTAL_LIMIT_S:g} s after the first case (a first call may spend "
+        f"longer importing; {TIME_LIMIT_S:g} s per call): {len(done)} of {len(prepared)} "
+        f"cases finished in that time, {so_far}.\n"
         + "\n".join(f"  {line}" for line in lines)
         + "\nHint: every case is small (a few dozen numbers); a correct function answers each "
         "in well under a second. Look for a sleep, a Python loop over a large range, or work "
@@ -416,7 +471,7 @@ def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
     prepared = _prepared(exercise)
     outcomes: list[Outcome | None] = []
     retried, budget_spent = False, False
-    start = time.monotonic()
+    start = math.inf  # set once the first case has run: a first call may spend it importing
     for inputs, _ in prepared:
         if outcomes and (outcomes[-1] is None or outcomes[-1].timed_out):
             outcomes.append(None)  # a function that hung once would hang again: stop here
@@ -434,6 +489,7 @@ def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
         if outcome.timed_out and TOTAL_LIMIT_S - (time.monotonic() - start) <= 0.05:
             budget_spent = True  # stopped by the whole check's limit, not by the per-call one
         outcomes.append(outcome)
+        start = min(start, time.monotonic())
     if budget_spent:
         return _over_budget(exercise, fn, prepared, outcomes)
     if all(o is not None and isinstance(o.error, NotImplementedError) for o in outcomes):
@@ -482,7 +538,7 @@ def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
             f"Hint: {mistake.hint}"
         )
         return Result(name, False, None, text, "wrong", lines, kind="partial")
-    kind, hint = _kind_hint(exercise, failures, factor)
+    kind, hint = _kind_hint(exercise, failures, factor, outcomes)
     extra = ""
     if factor is not None:
         extra = f"\nOn every case your numbers are {factor:.4g} times the reference's."
