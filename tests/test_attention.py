@@ -316,3 +316,53 @@ def test_meta_tensors_give_shapes_without_data():
 def test_softmax_along_any_valid_dim(dim):
     scores = torch.randn(3, 4, dtype=torch.float64)
     torch.testing.assert_close(softmax(scores, dim), torch.softmax(scores, dim))
+
+
+# --- additive float masks (ALiBi, Hugging Face's eager masks) ------------------------------
+
+
+@DTYPES
+def test_float_mask_matches_sdpa_float_attn_mask(dtype):
+    q, k, v = qkv(tq=6, tk=9, dtype=dtype)
+    bias = torch.randn(2, 4, 6, 9, dtype=dtype)
+    expected = sdpa(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(attention(q, k, v, bias), expected, **TOL[dtype])
+
+
+@DTYPES
+def test_alibi_biases_match_sdpa(dtype):
+    heads, t = 4, 7
+    slopes = torch.tensor([2.0 ** (-8 * (h + 1) / heads) for h in range(heads)], dtype=dtype)
+    distance = torch.arange(t)[None, :] - torch.arange(t)[:, None]  # j - i
+    alibi = slopes[:, None, None] * distance.to(dtype)  # (H, T, T)
+    alibi = alibi.masked_fill(~causal_mask(t), float("-inf"))
+    q, k, v = qkv(tq=t, tk=t, dtype=dtype)
+    torch.testing.assert_close(attention(q, k, v, alibi), sdpa(q, k, v, attn_mask=alibi),
+                               **TOL[dtype])  # fmt: skip
+
+
+def test_minus_inf_float_mask_equals_the_bool_mask_bit_for_bit():
+    q, k, v = qkv(tq=6, tk=6, dtype=torch.float32)
+    mask = padding_mask([6, 3], 6) & causal_mask(6)
+    additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    assert torch.equal(attention(q, k, v, additive), attention(q, k, v, mask))
+
+
+def test_finfo_min_rows_average_every_key_as_hugging_face_eager_does():
+    q, k, v = qkv(b=1, hq=1, hkv=1, tq=2, tk=5, dtype=torch.float32)
+    low = torch.finfo(torch.float32).min
+    additive = torch.tensor([[0.0, 0.0, low, low, low], [low] * 5])  # row 1: no allowed key
+    out = attention(q, k, v, additive)
+    torch.testing.assert_close(out[0, 0, 1], v[0, 0].mean(0))  # uniform over all 5 keys
+    as_bool = attention(q, k, v, additive == 0)
+    torch.testing.assert_close(out[0, 0, 0], as_bool[0, 0, 0])
+    assert torch.equal(as_bool[0, 0, 1], torch.zeros(8))  # the bool convention: zeros
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_inputs_take_a_float_mask_in_float32(dtype):
+    q, k, v = (x.to(dtype) for x in qkv(tq=5, tk=5, dtype=torch.float32))
+    bias = torch.randn(5, 5).to(dtype)
+    out = attention(q, k, v, bias)
+    expected = attention(q.float(), k.float(), v.float(), bias.float()).to(dtype)
+    assert out.dtype == dtype and torch.equal(out, expected)

@@ -213,3 +213,39 @@ def test_a_float_that_holds_a_whole_number_counts_as_that_number(n, d):
 def test_fractional_or_ambiguous_floats_are_refused(bad):
     with pytest.raises(ValueError, match="params"):
         training_flops(bad, 10)
+
+
+def test_swiglu_hidden_with_meta_ffn_dim_multiplier():
+    # Meta's params.json: Llama-3-8B dim 4096, multiple_of 1024, ffn_dim_multiplier 1.3;
+    # Llama-2-70B dim 8192, 4096, 1.3; Llama-3.1-405B dim 16384, 4096, 1.2. The widths are the
+    # intermediate_size of the published Hugging Face configs.
+    assert swiglu_hidden(4096, 1024, ffn_dim_multiplier=1.3) == 14336
+    assert swiglu_hidden(8192, 4096, ffn_dim_multiplier=1.3) == 28672
+    assert swiglu_hidden(16384, 4096, ffn_dim_multiplier=1.2) == 53248
+    assert swiglu_hidden(4096, 256, ffn_dim_multiplier=None) == swiglu_hidden(4096, 256)
+    # Meta's FeedForward, written out independently: 4 d, two thirds, scale, round up.
+    for d, multiple_of, scale in [(4096, 1024, 1.3), (2048, 256, 1.5), (3072, 256, 1.0)]:
+        hidden = int(2 * (4 * d) / 3)
+        hidden = int(scale * hidden)
+        expected = multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+        assert swiglu_hidden(d, multiple_of, ffn_dim_multiplier=scale) == expected
+
+
+def test_kv_cache_window_fractions_and_an_empty_cache():
+    common = {"layers": 32, "kv_heads": 8, "head_dim": 128}
+    full = kv_cache_bytes(positions=4096, bytes_per_element=2, **common)
+    assert kv_cache_bytes(positions=0, bytes_per_element=2, **common) == 0
+    assert kv_cache_bytes(positions=32768, window=4096, bytes_per_element=2, **common) == full
+    assert kv_cache_bytes(positions=100, window=4096, bytes_per_element=2, **common) == (
+        kv_cache_bytes(positions=100, bytes_per_element=2, **common)
+    )
+    assert kv_cache_bytes(positions=4096, bytes_per_element=0.5, **common) * 4 == full
+    assert kv_cache_bytes(positions=4096, bytes_per_element=0.25, **common) * 8 == full
+    # A packed total that is not a whole number of bytes rounds up: 3 numbers of 4 bits.
+    assert kv_cache_bytes(layers=1, positions=1, kv_heads=1, head_dim=1, value_dim=2,
+                          bytes_per_element=0.5) == 2  # fmt: skip
+    # A 4-bit cache in real tensors: two numbers packed per uint8.
+    packed = torch.zeros(2, 1, 2, 10, 8 // 2, dtype=torch.uint8)  # (K/V, B, H, T, dk / 2)
+    assert packed.numel() * packed.element_size() == kv_cache_bytes(
+        layers=1, positions=10, kv_heads=2, head_dim=8, bytes_per_element=0.5
+    )

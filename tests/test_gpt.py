@@ -21,6 +21,10 @@ from attnbook.gpt import GPTConfig, TinyGPT, forward_flops, param_count
 from attnbook.masks import causal_mask
 
 SMALL = GPTConfig(vocab=11, width=16, layers=2, heads=4, kv_heads=2, context=12)
+# The three options of real models at once: heads of 6 (not 16 / 4), Qwen2's q/k/v biases, and
+# an untied unembedding.
+REAL = GPTConfig(vocab=11, width=16, layers=2, heads=4, kv_heads=2, context=12, head_width=6,
+                 qkv_bias=True, tie_embeddings=False)  # fmt: skip
 
 
 def _rope_half(x: torch.Tensor, base: float) -> torch.Tensor:
@@ -49,15 +53,16 @@ def reference_logits(model: TinyGPT, ids: torch.Tensor) -> torch.Tensor:
     x = model.embed.weight[ids]  # (B, T, d)
     for blk in model.blocks:
         z = rms(blk.norm1)(x)
-        q = _rope_half(heads(z @ blk.q.weight.T, c.heads), c.rope_base)
-        k = _rope_half(heads(z @ blk.k.weight.T, c.kv_heads), c.rope_base)
-        v = heads(z @ blk.v.weight.T, c.kv_heads)
+        q = _rope_half(heads(F.linear(z, blk.q.weight, blk.q.bias), c.heads), c.rope_base)
+        k = _rope_half(heads(F.linear(z, blk.k.weight, blk.k.bias), c.kv_heads), c.rope_base)
+        v = heads(F.linear(z, blk.v.weight, blk.v.bias), c.kv_heads)
         y = sdpa(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + y.transpose(1, 2).reshape(b, t, c.width) @ blk.o.weight.T
+        x = x + y.transpose(1, 2).reshape(b, t, c.heads * c.head_dim) @ blk.o.weight.T
         z = rms(blk.norm2)(x)
         gated = F.silu(z @ blk.ffn.gate.weight.T) * (z @ blk.ffn.up.weight.T)
         x = x + gated @ blk.ffn.down.weight.T
-    return rms(model.norm)(x) @ model.embed.weight.T  # tied unembedding
+    unembed = model.embed.weight if c.tie_embeddings else model.unembed.weight
+    return rms(model.norm)(x) @ unembed.T
 
 
 def _model(config: GPTConfig = SMALL, seed: int = 0) -> TinyGPT:
@@ -226,3 +231,93 @@ def test_initial_loss_is_near_log_vocab():
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# --- the options of real models: head_width, qkv_bias, tie_embeddings -----------------------
+
+
+def test_real_model_options_match_the_sdpa_reference():
+    model = _model(REAL)
+    assert all(b.q.bias.abs().min() > 0 for b in model.blocks)  # non-trivial biases
+    assert not torch.equal(model.unembed.weight, model.embed.weight)
+    ids = torch.randint(REAL.vocab, (3, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), reference_logits(model, ids), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fields", [{}, {"head_width": 6}, {"head_width": 2, "kv_heads": 1},
+                                    {"qkv_bias": True}, {"tie_embeddings": False},
+                                    {"head_width": 10, "qkv_bias": True,
+                                     "tie_embeddings": False}])  # fmt: skip
+def test_param_count_matches_the_modules_with_real_model_options(fields):
+    config = GPTConfig(
+        **{"vocab": 13, "width": 16, "layers": 2, "heads": 4, "kv_heads": 2, **fields}
+    )
+    model = TinyGPT(config)
+    assert param_count(config) == sum(p.numel() for p in model.parameters())
+    with torch.device("meta"):
+        assert param_count(config) == sum(p.numel() for p in TinyGPT(config).parameters())
+    if config.qkv_bias:
+        assert model.blocks[0].o.bias is None  # only W_Q, W_K, W_V carry biases
+        assert torch.equal(model.blocks[0].q.bias, torch.zeros(4 * config.head_dim))
+
+
+@pytest.mark.parametrize(("tokens", "cached"), [(1, 0), (9, 0), (3, 5)])
+def test_forward_flops_match_the_counter_with_real_model_options(tokens, cached):
+    model = _model(REAL)
+    ids = torch.randint(REAL.vocab, (1, cached + tokens))
+    cache = model.new_cache()
+    with torch.no_grad():
+        if cached:
+            model(ids[:, :cached], cache=cache)
+        counted = _counted(lambda: model(ids[:, cached:], cache=cache))
+    assert counted == forward_flops(REAL, tokens, cached=cached)
+
+
+def test_cached_decoding_with_real_model_options_reproduces_the_full_pass():
+    model = _model(REAL)
+    ids = torch.randint(REAL.vocab, (2, 10))
+    cache = model.new_cache(batch=2)
+    assert cache.keys.shape[-1] == 6
+    with torch.no_grad():
+        full = model(ids)
+        prefill = [model(ids[:, :4], cache=cache)]
+        steps = torch.cat(
+            prefill + [model(ids[:, t : t + 1], cache=cache) for t in range(4, 10)], 1
+        )
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+
+
+def test_repr_lists_the_real_model_options_only_when_set():
+    assert "head_width" not in repr(SMALL) and "tie_embeddings" not in repr(SMALL)
+    assert repr(SMALL).startswith("GPTConfig(vocab=11, width=16, layers=2, heads=4")
+    text = repr(REAL)
+    assert "head_width=6" in text and "qkv_bias=True" in text and "tie_embeddings=False" in text
+    assert eval(text, {"GPTConfig": GPTConfig}) == REAL
+    assert REAL.head_dim == 6 and SMALL.head_dim == 4
+
+
+def test_head_width_frees_width_from_dividing_by_heads():
+    config = GPTConfig(vocab=5, width=12, heads=4, kv_heads=2, head_width=8)  # 12 / 4 is odd
+    assert config.head_dim == 8
+    with pytest.raises(ValueError, match="or give head_width explicitly"):
+        GPTConfig(vocab=5, width=12, heads=4)
+
+
+def test_shipped_configurations_load_and_convert():
+    from attnbook import configs
+
+    names = configs.names()
+    assert "llama-3-8b" in names and names == sorted(names)
+    first = configs.load("llama-3-8b")
+    first["hidden_size"] = 1
+    assert configs.load("llama-3-8b")["hidden_size"] == 4096  # a new dict every time
+    llama3 = configs.gpt_config("llama-3-8b")
+    assert (llama3.width, llama3.kv_heads, llama3.ffn_width) == (4096, 8, 14336)
+    assert not llama3.tie_embeddings and not llama3.qkv_bias
+    assert configs.gpt_config("qwen2.5-0.5b").qkv_bias
+    gemma = configs.gpt_config("gemma-7b")
+    assert gemma.head_dim * gemma.heads == 4096 != gemma.width
+    for name in names:
+        config = configs.gpt_config(name)
+        assert param_count(config) == configs.load(name)["published_parameters"]

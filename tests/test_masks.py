@@ -106,3 +106,39 @@ def test_masks_on_the_meta_device_have_shapes_only():
 
 def test_device_given_as_a_string_or_device():
     assert torch.equal(causal_mask(3, device="cpu"), causal_mask(3, device=torch.device("cpu")))
+
+
+def test_left_padding_mask_hand_case():
+    expected = as_mask([[F, F, T, T], [F, F, F, F], [T, T, T, T]]).reshape(3, 1, 1, 4)
+    assert torch.equal(padding_mask([2, 0, 4], 4, side="left"), expected)
+    assert torch.equal(padding_mask([2, 0, 4], 4, side="right"), padding_mask([2, 0, 4], 4))
+
+
+@given(st.lists(st.integers(0, 7), min_size=1, max_size=5), st.integers(7, 9))
+def test_left_padding_is_right_padding_reversed_along_the_keys(lengths, t):
+    right, left = padding_mask(lengths, t), padding_mask(lengths, t, side="left")
+    assert torch.equal(left, right.flip(-1))
+
+
+def test_left_padded_attention_equals_dropping_the_padding():
+    lengths = [5, 2, 4]
+    q, k, v = (torch.randn(3, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    out = attention(q, k, v, padding_mask(lengths, 5, side="left") & causal_mask(5))
+    for b, n in enumerate(lengths):  # the last n positions hold the sequence
+        alone = attention(q[b, :, 5 - n :], k[b, :, 5 - n :], v[b, :, 5 - n :], causal_mask(n))
+        torch.testing.assert_close(out[b, :, 5 - n :], alone)
+
+
+def test_a_two_dimensional_padding_mask_aligns_its_batch_with_the_queries():
+    # The documented trap: with B == Tq a (B, Tk) mask broadcasts without error, and applies
+    # sequence i's padding to query i of every sequence, in attention as in SDPA.
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    lengths, t = [4, 2, 3, 1], 4  # B == Tq == 4
+    q, k, v = (torch.randn(4, 1, t, 8, dtype=torch.float64) for _ in range(3))
+    flat = padding_mask(lengths, t)[:, 0, 0]  # (B, Tk)
+    wrong, right = attention(q, k, v, flat), attention(q, k, v, padding_mask(lengths, t))
+    torch.testing.assert_close(wrong, sdpa(q, k, v, attn_mask=flat))
+    per_query = flat[None, None]  # what the broadcast really means: (1, 1, Tq=B, Tk)
+    torch.testing.assert_close(wrong, attention(q, k, v, per_query.expand(4, 1, t, t)))
+    assert not torch.allclose(wrong, right)
