@@ -37,6 +37,7 @@ def test_binder_pins_are_the_books_pins_with_the_cpu_torch():
         if name != "torch":
             assert book.get(name) == version, f"{name}: binder {version}, book {book.get(name)}"
     assert not AUTHORING & set(binder), "Binder needs no authoring or test tools"
+    assert "transformers" in binder, "chapter 13's export section runs on Binder"
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in BINDER.read_text()
     assert (ROOT / "binder" / "start").stat().st_mode & 0o111, "binder/start is executable"
 
