@@ -663,6 +663,36 @@ def probe_rope(p: Probe) -> None:
     )
     for label, variant in tensor_variants(pos):
         p.call(rope_angles, f"positions: {label}", lambda v=variant: rope_angles(v, 8))
+    # scaling, rotary_dim and rope_attention_factor (issue 28)
+    from attnbook.rope import rope_attention_factor
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    p.call(
+        rope_attention_factor,
+        "valid yarn",
+        lambda: rope_attention_factor(yarn),
+        lambda got: expect(abs(got - (0.1 * math.log(4.0) + 1.0)) < 1e-12, f"got {got}"),
+    )
+    p.call(rope_attention_factor, "valid none", lambda: rope_attention_factor(None),
+           lambda got: expect(got == 1.0, f"got {got}"))  # fmt: skip
+    for label, bad in (
+        ("str", "yarn"),
+        ("unknown type", {"rope_type": "ntk"}),
+        ("missing key", {"rope_type": "yarn", "factor": 4.0}),
+        ("factor 0", {"rope_type": "linear", "factor": 0.0}),
+        ("factor nan", {"rope_type": "linear", "factor": NAN}),
+        ("factor str", {"rope_type": "linear", "factor": "4"}),
+    ):
+        p.call(rope_attention_factor, f"scaling {label}", lambda b=bad: rope_attention_factor(b))
+        p.call(apply_rope, f"scaling {label}", lambda b=bad: apply_rope(x, pos, scaling=b))
+    for label, value in number_variants(4):
+        check = None
+        if label in ("numpy int",):
+            check = check_tensor_result(
+                lambda: torch.cat((rope_oracle(x[..., :4], pos), x[..., 4:]), -1), torch.float32
+            )
+        p.call(apply_rope, f"rotary_dim {label}", lambda v=value: apply_rope(x, pos, rotary_dim=v),
+               check)  # fmt: skip
 
 
 def probe_heads(p: Probe) -> None:
