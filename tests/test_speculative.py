@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 
 import pytest
@@ -92,6 +93,36 @@ def test_sampling_matches_the_enumeration():
     n = 2000
     lengths = [len(speculative_step(p, q, (0,), 2, gen)) for _ in range(n)]
     assert abs(sum(lengths) / n - mean) < 4 * (var / n) ** 0.5  # 4 standard errors
+
+
+# Chi-square with V - 1 = 2 degrees of freedom: P(X > x) = exp(-x / 2), so 18.42 is the
+# threshold a correct sampler exceeds with probability 1e-4.
+CHI2_2DOF_1E4 = -2 * math.log(1e-4)
+SKEWED_P = table_model([[1, 4, 1], [3, 1, 1], [1, 1, 1]])
+SKEWED_Q = table_model([[2, 1, 2]] * V)
+
+
+def first_token_chi2(p, q, n=2000, seed=0):
+    """Chi-square of the first emitted token of n sampled steps against p(. | (0,))."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = [0] * V
+    for _ in range(n):
+        counts[speculative_step(p, q, (0,), 2, gen)[0]] += 1
+    expected = [n * float(x) for x in p((0,))]
+    return sum((c - e) ** 2 / e for c, e in zip(counts, expected, strict=True))
+
+
+def test_sampled_tokens_follow_the_target():
+    # the emitted tokens, not only their number: the first one must be distributed as p
+    assert first_token_chi2(SKEWED_P, SKEWED_Q) < CHI2_2DOF_1E4
+
+
+def test_resampling_from_p_on_rejection_is_caught(monkeypatch):
+    import attnbook.speculative as speculative
+
+    # the shortcut keeps the length distribution (acceptance is unchanged) but not the tokens
+    monkeypatch.setattr(speculative, "residual", lambda p, q: list(p))
+    assert first_token_chi2(SKEWED_P, SKEWED_Q) > 5 * CHI2_2DOF_1E4
 
 
 @pytest.mark.parametrize(

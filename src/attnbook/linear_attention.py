@@ -69,11 +69,18 @@ def causal_linear_attention(
     if form == "quadratic":
         sim = (fq @ fk.transpose(-2, -1)).tril()  # (..., H, T, T): key j <= query i only
         return (sim @ v) / sim.sum(-1, keepdim=True)
-    if form == "recurrent":
-        chunk_size = 1  # one token a step: the chunked form with C = 1
     state = q.new_zeros((*q.shape[:-2], q.shape[-1], v.shape[-1]))  # S: (..., H, dk, dv)
     norm = q.new_zeros(q.shape[:-2] + q.shape[-1:])  # z: (..., H, dk)
-    out = []
+    if form == "recurrent":  # one token a step, the state updated before its query reads it
+        rows = []
+        for i in range(t):
+            fki, vi, fqi = fk[..., i, :], v[..., i, :], fq[..., i, :]  # (..., H, dk|dv)
+            state = state + fki.unsqueeze(-1) * vi.unsqueeze(-2)  # S_t = S_{t-1} + phi(k_t) v_t^T
+            norm = norm + fki  # z_t = z_{t-1} + phi(k_t)
+            numer = (fqi.unsqueeze(-1) * state).sum(-2)  # phi(q_t)^T S_t: (..., H, dv)
+            rows.append(numer / (fqi * norm).sum(-1, keepdim=True))
+        return torch.stack(rows, dim=-2) if rows else v.new_zeros(v.shape)
+    out = []  # the chunked form: the state across chunks, the masked matrix inside each
     for start in range(0, t, chunk_size):
         cq, ck, cv = (x[..., start : start + chunk_size, :] for x in (fq, fk, v))  # (..., C, .)
         inside = (cq @ ck.transpose(-2, -1)).tril()  # (..., H, C, C)
