@@ -166,6 +166,8 @@ class TinyGPT(nn.Module):
             if not config.tie_embeddings:
                 self.unembed = nn.Linear(config.width, config.vocab, bias=False)
         for name, p in self.named_parameters():
+            if p.is_meta:  # shapes only: nothing to draw (and torch's meta normal_ is slow)
+                continue
             if p.dim() == 2:
                 residual = name.endswith((".o.weight", ".down.weight"))
                 nn.init.normal_(p, std=0.02 / (2 * config.layers) ** 0.5 if residual else 0.02)
