@@ -443,6 +443,40 @@ def test_menu_buttons_open_drawers_that_navigate(site, browser, width):
     visit.close()
 
 
+def test_keys_move_between_chapters_and_the_footer_says_which(site, browser):
+    """Keyboard navigation between chapters (issue 27): "]" opens the next chapter and "["
+    the previous one, as the footer's links say; typing them into a field (the search box, a
+    widget's value box) moves nowhere, and the arrow keys stay the page's (they scroll wide
+    equations and move sliders)."""
+    visit = Visit(browser, urljoin(site, CHAPTER))
+    page = visit.page
+    labels = page.evaluate(
+        """() => [...document.querySelectorAll('.prev-next-area a')].map(
+            (a) => [a.className, a.getAttribute('aria-keyshortcuts'), a.innerText])"""
+    )
+    keys = {cls: (key, text) for cls, key, text in labels}
+    assert keys["left-prev"][0] == "[" and "[" in keys["left-prev"][1], labels
+    assert keys["right-next"][0] == "]" and "]" in keys["right-next"][1], labels
+    next_url = page.evaluate("document.querySelector('.prev-next-area a.right-next').href")
+    box = page.locator("input.attnbook-typed").first
+    if box.count():
+        box.focus()
+        page.keyboard.press("]")
+        page.wait_for_timeout(300)
+        assert page.url.endswith(CHAPTER), "a key typed into a field changed the page"
+        page.evaluate("document.activeElement.blur()")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_timeout(300)
+    assert page.url.endswith(CHAPTER), "the arrow key left the page"
+    page.keyboard.press("]")
+    page.wait_for_url(next_url)
+    page.wait_for_load_state("load")
+    page.keyboard.press("[")
+    page.wait_for_url(f"**/{CHAPTER}")
+    assert not visit.errors, visit.errors
+    visit.close()
+
+
 def test_menu_button_collapses_the_sidebar_on_desktop(site, browser):
     visit = Visit(browser, urljoin(site, CHAPTER), width=DESKTOP)
     page = visit.page

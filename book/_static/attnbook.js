@@ -1,5 +1,5 @@
 /* The book's own script (loaded on every page, a few KB): search snippets without raw TeX
-   or page chrome.
+   or page chrome, and keys for the previous and next chapter.
 
    Sphinx builds each search-result snippet from the target page's HTML, where math is still
    TeX source (MathJax typesets it only on the page itself), so snippets read
@@ -62,4 +62,39 @@
   }
   patchSearch();
   document.addEventListener("DOMContentLoaded", patchSearch);
+
+  /* Keys between chapters: "[" for the previous page and "]" for the next (the footer's
+     links, which say so). Not the arrow keys: they scroll wide equations and outputs, and
+     move the widgets' sliders. Nothing happens while the reader types in a field or holds
+     a modifier (browser shortcuts stay the browser's). */
+  const TYPING = new Set(["INPUT", "TEXTAREA", "SELECT"]);
+  const KEYS = { "[": "a.left-prev", "]": "a.right-next" };
+  function chapterKeys(event) {
+    const selector = KEYS[event.key];
+    if (!selector || event.defaultPrevented || event.altKey || event.ctrlKey || event.metaKey) return;
+    const target = event.target;
+    if (target && (TYPING.has(target.tagName) || target.isContentEditable)) return;
+    const link = document.querySelector(`.prev-next-area ${selector}`);
+    if (!link || !link.href) return;
+    event.preventDefault();
+    window.location.href = link.href;
+  }
+  function labelKeys() {
+    for (const [key, selector] of Object.entries(KEYS)) {
+      const link = document.querySelector(`.prev-next-area ${selector}`);
+      if (!link || link.querySelector("kbd")) continue;
+      link.setAttribute("aria-keyshortcuts", key);
+      const subtitle = link.querySelector(".prev-next-subtitle");
+      if (subtitle) {
+        const kbd = document.createElement("kbd");
+        kbd.className = "attnbook-key";
+        kbd.textContent = key;
+        kbd.title = `key ${key}`;
+        subtitle.append(" ", kbd);
+      }
+    }
+  }
+  document.addEventListener("keydown", chapterKeys);
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", labelKeys);
+  else labelKeys();
 })();
