@@ -738,11 +738,30 @@ def test_whole_book_pdf_builds_with_sane_page_and_figure_counts(site, browser):
         footer = reader.pages[number - 1].extract_text()
         assert f"{number} / {total}" in footer, f"page {number}: {footer[-80:]!r}"
     assert 'href="../attention-and-transformers.pdf"' in (SITE / "book" / "intro.html").read_text()
+    stranded, chrome = _pdf_page_feet(reader)
+    assert not stranded, f"headings left at the foot of a page: {stranded[:5]}"
+    assert not chrome, f"screen-only labels printed: {chrome[:5]}"
     links = _pdf_links(reader, book_pages())
     print(f"PDF links: {links['counts']}")
     assert not links["problems"], "\n".join(links["problems"][:20])
     # Cross-references, citations and glossary terms: hundreds of jumps inside the PDF.
     assert links["counts"]["internal"] >= 300, links["counts"]
+
+
+_HEADING = re.compile(r"^\d+\.\d+(\.\d+)*\. [A-Z]")  # "2.3. Title", as the PDF has it
+_SCREEN_ONLY = ("Hide code cell", "Show code cell", "Live on this page", "has not run here")
+
+
+def _pdf_page_feet(reader) -> tuple[list[str], list[str]]:
+    """Numbered headings among the last two text lines of a page above its footer (issue 27:
+    four were stranded at page feet), and screen-only labels anywhere in the PDF."""
+    stranded, chrome = [], []
+    for number, page in enumerate(reader.pages, 1):
+        lines = [" ".join(t.split()) for t in page.extract_text().splitlines() if t.strip()]
+        body = lines[:-1]  # the last line is the footer (title, "n / N")
+        stranded += [f"page {number}: {t[:50]}" for t in body[-2:] if _HEADING.match(t)]
+        chrome += [f"page {number}: {w}" for w in _SCREEN_ONLY if any(w in t for t in lines)]
+    return stranded, chrome
 
 
 def _pdf_links(reader, pages: list[str]) -> dict:
