@@ -124,8 +124,11 @@ class TiledAttention(torch.autograd.Function):
                 p = torch.exp(_scores(q_tile, k_blk, scale, causal_tile, mask_tile, lay.group) - sh)
                 d_v[..., ks:ke, :] += p.transpose(-2, -1) @ d_o  # (..., Hkv, Tb, dv)
                 d_s = p * (d_o @ v_blk.transpose(-2, -1) - row)  # (..., rows, Tb)
-                step = (d_s @ k_blk) * scale  # (..., rows, dk)
-                d_q_tile += step.unflatten(-2, (lay.group, qe - qs)) if lay.group else step
+                # (..., rows, dk), added in place and freed at once (a name would keep it alive)
+                if lay.group:
+                    d_q_tile += ((d_s @ k_blk) * scale).unflatten(-2, (lay.group, qe - qs))
+                else:
+                    d_q_tile += (d_s @ k_blk) * scale
                 d_k[..., ks:ke, :] += (d_s.transpose(-2, -1) @ q_tile) * scale  # (..., Tb, dk)
         d_q = d_q.flatten(-4, -3) if lay.group else d_q
         return d_q, d_k, d_v, None, None, None, None, None
