@@ -675,6 +675,25 @@ def probe_rope(p: Probe) -> None:
     )
     p.call(rope_attention_factor, "valid none", lambda: rope_attention_factor(None),
            lambda got: expect(got == 1.0, f"got {got}"))  # fmt: skip
+    from attnbook.rope import rope_softmax_factor
+
+    v3 = {**yarn, "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+    p.call(
+        rope_softmax_factor,
+        "valid DeepSeek-V3 form",
+        lambda: rope_softmax_factor(v3),
+        lambda got: expect(abs(got - (0.1 * math.log(40.0) + 1.0) ** 2) < 1e-12, f"got {got}"),
+    )
+    p.call(rope_softmax_factor, "valid plain yarn", lambda: rope_softmax_factor(yarn),
+           lambda got: expect(got == 1.0, f"got {got}"))  # fmt: skip
+    for label, bad in (
+        ("str", "yarn"),
+        ("mscale_all_dim str", {**v3, "mscale_all_dim": "1"}),
+        ("factor below 1", {**v3, "factor": 0.5}),
+        ("betas inverted", {**v3, "beta_fast": 1.0, "beta_slow": 32.0}),
+    ):
+        p.call(rope_softmax_factor, f"scaling {label}", lambda b=bad: rope_softmax_factor(b))
+    p.call(apply_rope, "positions size 1 for T = 5", lambda: apply_rope(x, torch.tensor([3])))
     for label, bad in (
         ("str", "yarn"),
         ("unknown type", {"rope_type": "ntk"}),

@@ -41,7 +41,7 @@ from attnbook.retrieval_model import (
     score,
     train,
 )
-from attnbook.rope import apply_rope, rope_angles, rope_frequencies
+from attnbook.rope import apply_rope, rope_angles, rope_frequencies, rope_softmax_factor
 from attnbook.runtime import setup, training_seed
 from attnbook.training_health import (
     attention_entropy,
@@ -204,7 +204,7 @@ CASES = [
     ("rope-positions-list", lambda: apply_rope(t(3, 4), [0, 1, 2]),
         TypeError, r"positions must be a torch\.Tensor"),
     ("rope-positions-shape", lambda: apply_rope(t(3, 4), torch.arange(5)),
-        ValueError, rf"positions of shape {shape(5)}.*{shape(3)}"),
+        ValueError, rf"positions of shape {shape(5)} must end in T = x.shape\[-2\] = 3"),
     ("rope-layout", lambda: apply_rope(t(3, 4), POS, layout="neox"),
         ValueError, r"layout must be 'half' or 'interleaved', got 'neox'"),
     ("rope-base-zero", lambda: apply_rope(t(3, 4), POS, base=0.0),
@@ -229,8 +229,8 @@ CASES = [
         lambda: rope_frequencies(4, scaling={"rope_type": "linear", "factor": 2, "beta_fast": 3}),
         ValueError, r"scaling\['beta_fast'\] is not read by rope_type 'linear'"),
     ("rope-scaling-rope_theta",
-        lambda: rope_frequencies(4, scaling={"rope_type": "linear", "factor": 2, "rope_theta": 1}),
-        ValueError, r"scaling\['rope_theta'\] is an argument here: pass base="),
+        lambda: rope_frequencies(4, scaling={"rope_type": "linear", "factor": 2, "rope_theta": 2}),
+        ValueError, r"scaling\['rope_theta'\] = 2\.0 differs from base=10000\.0: pass base=2"),
     ("rope-scaling-factor-zero",
         lambda: rope_frequencies(4, scaling={"rope_type": "linear", "factor": 0.0}),
         ValueError, r"scaling\['factor'\] must be > 0, got 0\.0"),
@@ -254,6 +254,36 @@ CASES = [
     ("rope-position_ids-not-batch",
         lambda: apply_rope(t(2, 3, 5, 4), torch.zeros(3, 5, dtype=torch.long)),
         ValueError, rf"positions of shape {shape(3, 5)} does not broadcast.*position_ids \(B, T\)"),
+    ("rope-positions-size-1-spread", lambda: apply_rope(t(2, 3, 5, 8), torch.tensor([7])),
+        ValueError, rf"positions of shape {shape(1)} must end in T = x.shape\[-2\] = 5"),
+    ("rope-position_ids-size-1-spread",
+        lambda: apply_rope(t(2, 3, 5, 8), torch.zeros(2, 1, dtype=torch.long)),
+        ValueError, rf"positions of shape {shape(2, 1)} must end in T = x.shape\[-2\] = 5"),
+    ("rope-positions-scalar", lambda: apply_rope(t(3, 4), torch.tensor(2)),
+        ValueError, r"positions of shape \(\) must end in T = x.shape\[-2\] = 3"),
+    ("rope-base-one", lambda: rope_frequencies(4, base=1.0),
+        ValueError, r"base must be > 1 .*got 1\.0"),
+    ("rope-apply-base-below-one", lambda: apply_rope(t(3, 4), POS, base=0.5),
+        ValueError, r"base must be > 1 .*got 0\.5"),
+    ("rope-scaling-factor-below-one",
+        lambda: rope_frequencies(4, scaling={"rope_type": "linear", "factor": 0.5}),
+        ValueError, r"scaling\['factor'\] must be >= 1 .*got 0\.5"),
+    ("rope-scaling-beta-order", lambda: rope_frequencies(4, scaling={
+            "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+            "beta_fast": 1.0, "beta_slow": 32.0}),
+        ValueError, r"scaling\['beta_fast'\] must be >= scaling\['beta_slow'\].*1\.0 and 32\.0"),
+    ("rope-scaling-default-extra-key",
+        lambda: rope_frequencies(4, scaling={"rope_type": "default", "factor": 2.0}),
+        ValueError, r"scaling with rope_type 'default' reads no keys but sets \['factor'\]"),
+    ("rope-scaling-partial_rotary_factor", lambda: rope_frequencies(4, scaling={
+            "rope_type": "default", "partial_rotary_factor": 0.5}),
+        ValueError, r"scaling\['partial_rotary_factor'\] is an argument here: pass rotary_dim="),
+    ("rope-softmax-factor-str", lambda: rope_softmax_factor("yarn"),
+        TypeError, r"scaling must be None or a dict.*got str"),
+    ("rope-softmax-factor-mscale_all_dim-str", lambda: rope_softmax_factor({
+            "rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+            "mscale_all_dim": "1"}),
+        TypeError, r"scaling\['mscale_all_dim'\] must be a real number"),
     # --- end of rope block ---
     # costs
     ("kv-layers-zero", lambda: costs.kv_cache_bytes(**{**KV, "layers": 0}),

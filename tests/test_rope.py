@@ -230,3 +230,20 @@ def test_2d_positions_for_4d_x_are_per_sequence():
     for b in range(2):
         for h in range(2):
             torch.testing.assert_close(out[b, h], apply_rope(x[b, h], ids[b]))
+
+
+def test_positions_must_give_one_position_per_token():
+    """A size-1 positions is not spread over T tokens; a one-token step (T == 1) still works,
+    and leading dims of positions broadcast (review item 3)."""
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"must end in T = x.shape\[-2\] = 5"):
+        apply_rope(x, torch.tensor([7]))
+    with pytest.raises(ValueError, match=r"must end in T = x.shape\[-2\] = 5"):
+        apply_rope(x, torch.full((2, 1), 7))
+    full = apply_rope(x, torch.arange(5))
+    for t in range(5):  # a decode step: one token at position t
+        torch.testing.assert_close(apply_rope(x[..., t : t + 1, :], torch.tensor([t])),
+                                   full[..., t : t + 1, :], rtol=0, atol=0)  # fmt: skip
+    per_batch = torch.stack((torch.arange(5), torch.arange(5) + 3))[:, None, :]  # (B, 1, T)
+    out = apply_rope(x, per_batch)
+    torch.testing.assert_close(out[1], apply_rope(x[1], torch.arange(5) + 3), rtol=0, atol=0)

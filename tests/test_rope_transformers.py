@@ -9,6 +9,7 @@ attnbook in float64, so the tolerances scale with the largest position used.
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,7 +27,12 @@ from transformers.models.gpt_neox import modeling_gpt_neox as neox  # noqa: E402
 from transformers.models.gptj import modeling_gptj as gptj  # noqa: E402
 from transformers.models.llama import modeling_llama as llama  # noqa: E402
 
-from attnbook.rope import apply_rope, rope_attention_factor, rope_frequencies  # noqa: E402
+from attnbook.rope import (  # noqa: E402
+    apply_rope,
+    rope_attention_factor,
+    rope_frequencies,
+    rope_softmax_factor,
+)
 
 SCALINGS = {
     "none": None,
@@ -40,12 +46,21 @@ SCALINGS = {
         "beta_slow": 2.0,
         "truncate": False,
     },
-    "yarn-mscale": {  # DeepSeek-V3's form of the temperature
+    "yarn-mscale": {  # DeepSeek's two-mscale form with unequal values (a ratio other than 1)
         "rope_type": "yarn",
         "factor": 40.0,
         "original_max_position_embeddings": 4096,
         "mscale": 1.0,
         "mscale_all_dim": 0.707,
+    },
+    "yarn-deepseek-v3": {  # DeepSeek-V3's config.json: equal mscales, cos/sin factor 1
+        "rope_type": "yarn",
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
     },
     "yarn-attention-factor": {
         "rope_type": "yarn",
@@ -104,7 +119,7 @@ def test_each_scaling_changes_the_frequencies_or_the_factor():
     for i, (a, fa) in enumerate(results):
         assert not torch.allclose(a, plain, rtol=1e-3)
         for b, fb in results[i + 1 :]:
-            assert not torch.allclose(a, b, rtol=1e-3) or abs(fa - fb) > 0.1
+            assert not torch.allclose(a, b, rtol=1e-3) or abs(fa - fb) > 0.05
 
 
 def test_yarn_ramp_is_hugging_faces_not_the_papers():
@@ -258,3 +273,54 @@ def test_llama3_frequencies_match_transformers_for_any_config(head_dim, factor, 
     inv_freq, _ = hf_inv_freq(llama_config(head_dim, 500000.0, scaling))
     ours = rope_frequencies(head_dim, base=500000.0, scaling=scaling)
     torch.testing.assert_close(ours, inv_freq.double(), rtol=5e-6, atol=0.0)
+
+
+@pytest.mark.parametrize("name", SCALINGS)
+def test_a_transformers_rope_parameters_dict_is_accepted_as_it_is(name):
+    """transformers 5.x writes rope_theta into rope_parameters; passing that dict as scaling
+    (with the same base) gives the same frequencies and factors as the dict without it."""
+    params = dict(llama_config(128, 500000.0, SCALINGS[name]).rope_parameters)
+    assert params["rope_theta"] == 500000.0
+    ours = rope_frequencies(128, base=500000.0, scaling=params)
+    assert torch.equal(ours, rope_frequencies(128, base=500000.0, scaling=SCALINGS[name]))
+    assert rope_attention_factor(params) == rope_attention_factor(SCALINGS[name])
+    with pytest.raises(ValueError, match=r"rope_theta.*differs from base=10000\.0"):
+        rope_frequencies(128, scaling=params)
+
+
+@pytest.mark.parametrize(
+    ("mscale", "mscale_all_dim"), [(1.0, 1.0), (0.707, 0.707), (1.0, 0.707), (1.0, None)]
+)
+def test_softmax_factor_matches_deepseek_v3_attention(mscale, mscale_all_dim):
+    """DeepSeek's attention multiplies its softmax scale by rope_softmax_factor; with V3's
+    equal mscales the cos/sin factor is 1 and the whole temperature (about 1.87) is there."""
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek
+
+    scaling = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+               "mscale": mscale, "mscale_all_dim": mscale_all_dim}  # fmt: skip
+    config = DeepseekV3Config(
+        hidden_size=64, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=None,
+        kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+        intermediate_size=32, moe_intermediate_size=16, n_routed_experts=2, num_hidden_layers=1,
+        rope_parameters={"rope_theta": 10000.0, **scaling},
+    )  # fmt: skip
+    attention = deepseek.DeepseekV3Attention(config, layer_idx=0)
+    qk_head_dim = 8 + 8
+    assert attention.scaling == pytest.approx(qk_head_dim**-0.5 * rope_softmax_factor(scaling))
+    if mscale_all_dim:
+        expected = (0.1 * mscale_all_dim * math.log(40.0) + 1.0) ** 2
+        assert rope_softmax_factor(scaling) == pytest.approx(expected, rel=1e-12)
+    else:
+        assert rope_softmax_factor(scaling) == 1.0
+    if mscale == mscale_all_dim:
+        assert rope_attention_factor(scaling) == 1.0
+    total = rope_attention_factor(scaling) ** 2 * rope_softmax_factor(scaling)
+    if (mscale, mscale_all_dim) == (1.0, 1.0):
+        assert 1.86 < total < 1.88  # DeepSeek-V3: the logits grow by about 1.87
+
+
+def test_softmax_factor_is_one_outside_deepseeks_form():
+    assert rope_softmax_factor(None) == 1.0
+    assert rope_softmax_factor(SCALINGS["yarn"]) == 1.0
+    assert rope_softmax_factor(SCALINGS["llama3"]) == 1.0

@@ -1,6 +1,7 @@
 """Rotary position embedding (RoPE): turn each feature pair by an angle proportional to position.
 
-For a feature vector of even width ``d``, pair ``p`` (``p = 0 .. d/2 - 1``) at position ``m``
+For a feature vector of even width ``d`` (the head width, ``d_k`` in the book's notation, or
+``rotary_dim`` under partial rotary), pair ``p`` (``p = 0 .. d/2 - 1``) at position ``m``
 turns by ``m * base**(-2p/d)``. A query at position ``m`` and a key at ``n`` then score
 ``q . R(n - m) k``: the score depends on the positions only through their offset.
 
@@ -12,7 +13,9 @@ Two layouts of the pairs exist in the wild and checkpoints are not interchangeab
   Meta Llama code, which views each pair as one complex number).
 
 Real checkpoints add two options, both expressed here as Hugging Face ``transformers`` spells
-them so that a ``config.json`` can be copied over:
+them, so a config's ``rope_parameters`` (``rope_scaling`` in 4.x files) dict can be passed as
+``scaling=`` unchanged: its ``rope_theta`` is accepted when it equals ``base=``, and
+``partial_rotary_factor`` is refused with a pointer to ``rotary_dim=``:
 
 * ``scaling``: the ``rope_scaling`` (``rope_parameters``) rules that change the frequencies to
   stretch a context: ``"linear"`` (position interpolation), ``"yarn"`` (with its attention
@@ -42,7 +45,13 @@ from attnbook._checks import (
     too_large,
 )
 
-__all__ = ["apply_rope", "rope_angles", "rope_attention_factor", "rope_frequencies"]
+__all__ = [
+    "apply_rope",
+    "rope_angles",
+    "rope_attention_factor",
+    "rope_frequencies",
+    "rope_softmax_factor",
+]
 
 Layout = Literal["half", "interleaved"]
 
@@ -59,7 +68,7 @@ _SCALING_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
 }
 # Keys a Hugging Face rope_parameters dict may carry that this module takes as arguments.
-_MOVED_KEYS = {"rope_theta": "base=", "partial_rotary_factor": "rotary_dim= (int(d * factor))"}
+_MOVED_KEYS = {"partial_rotary_factor": "rotary_dim= (int(d * factor))"}
 
 
 def _require_even_width(d: object, name: str = "d") -> int:
@@ -69,8 +78,14 @@ def _require_even_width(d: object, name: str = "d") -> int:
     return d
 
 
-def _scaling_rule(scaling: object) -> tuple[str, dict[str, object]] | None:
-    """Validate ``scaling`` and return ``(rope_type, parameters)``, or ``None`` for none."""
+def _scaling_rule(
+    scaling: object, base: float | None = None
+) -> tuple[str, dict[str, object]] | None:
+    """Validate ``scaling`` and return ``(rope_type, parameters)``, or ``None`` for none.
+
+    ``base`` is the caller's ``base=``: a ``rope_theta`` key must equal it (``None``: the
+    caller does not use the base, any finite positive ``rope_theta`` is accepted).
+    """
     if scaling is None:
         return None
     if not isinstance(scaling, Mapping):
@@ -85,9 +100,21 @@ def _scaling_rule(scaling: object) -> tuple[str, dict[str, object]] | None:
         kind = legacy
     elif legacy is not None and legacy != kind:
         raise ValueError(f"scaling gives rope_type={kind!r} and type={legacy!r}; keep one")
+    theta = params.pop("rope_theta", None)  # transformers 5.x always writes it
+    if theta is not None:
+        theta = require_real("scaling['rope_theta']", theta, positive=True)
+        if base is not None and theta != base:
+            raise ValueError(
+                f"scaling['rope_theta'] = {theta} differs from base={base}: pass "
+                f"base={theta} (or drop rope_theta from scaling)"
+            )
+    for key in params:
+        if key in _MOVED_KEYS:
+            raise ValueError(f"scaling[{key!r}] is an argument here: pass {_MOVED_KEYS[key]}")
     if kind in (None, "default"):
         if params:
-            raise ValueError(f"scaling has no 'rope_type' but sets {sorted(params)}")
+            named = "rope_type 'default'" if kind else "no 'rope_type'"
+            raise ValueError(f"scaling with {named} reads no keys but sets {sorted(params)}")
         return None
     if kind not in _SCALING_KEYS:
         raise ValueError(
@@ -95,8 +122,6 @@ def _scaling_rule(scaling: object) -> tuple[str, dict[str, object]] | None:
         )
     required, optional = _SCALING_KEYS[kind]
     for key in params:
-        if key in _MOVED_KEYS:
-            raise ValueError(f"scaling[{key!r}] is an argument here: pass {_MOVED_KEYS[key]}")
         if key not in required + optional:
             raise ValueError(
                 f"scaling[{key!r}] is not read by rope_type {kind!r} (it reads "
@@ -118,6 +143,15 @@ def _scaling_rule(scaling: object) -> tuple[str, dict[str, object]] | None:
             out[key] = require_real(name, value)
         else:
             out[key] = require_real(name, value, positive=True)
+    if out["factor"] < 1:
+        raise ValueError(
+            f"scaling['factor'] must be >= 1 (it stretches the context), got {out['factor']}"
+        )
+    if kind == "yarn" and out.get("beta_fast", 32.0) < out.get("beta_slow", 1.0):
+        raise ValueError(
+            "scaling['beta_fast'] must be >= scaling['beta_slow'] (turns at the fast and slow "
+            f"ends of the ramp), got {out.get('beta_fast', 32.0)} and {out.get('beta_slow', 1.0)}"
+        )
     if kind == "llama3" and not out["high_freq_factor"] > out["low_freq_factor"]:
         raise ValueError(
             "scaling['high_freq_factor'] must exceed scaling['low_freq_factor'], got "
@@ -177,7 +211,11 @@ def rope_frequencies(
     """
     d = _require_even_width(d)
     base = require_real("base", base, positive=True)
-    rule = _scaling_rule(scaling)
+    if base <= 1:
+        raise ValueError(
+            f"base must be > 1 (base**(-2p/d) must fall with the pair index p), got {base}"
+        )
+    rule = _scaling_rule(scaling, base)
     with too_large(f"d={d}"):
         exponents = torch.arange(0, d, 2, dtype=torch.float64) / d  # (d/2,)
     theta = base**-exponents  # (d/2,)
@@ -209,7 +247,11 @@ def rope_attention_factor(scaling: Mapping[str, object] | None = None) -> float:
         ``1.0`` except for ``"yarn"``: its ``attention_factor`` if given, else
         ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)`` when both are given and
         non-zero, else ``mscale(factor) = 0.1 ln(factor) + 1`` (``1`` for ``factor <= 1``).
-        Queries and keys both carry it, so the logits grow by its square: YaRN's temperature.
+        Queries and keys both carry it, so the logits grow by its square: YaRN's temperature,
+        except in DeepSeek's form (both ``mscale`` and ``mscale_all_dim`` given), where
+        DeepSeek's attention multiplies the softmax scale by :func:`rope_softmax_factor` as
+        well. With DeepSeek-V3's values (``mscale = mscale_all_dim = 1``, ``factor = 40``) this
+        function returns ``1.0`` while the logits grow by ``rope_softmax_factor`` = 1.87.
     """
     rule = _scaling_rule(scaling)
     if rule is None or rule[0] != "yarn":
@@ -227,6 +269,30 @@ def rope_attention_factor(scaling: Mapping[str, object] | None = None) -> float:
     return mscale(factor)
 
 
+def rope_softmax_factor(scaling: Mapping[str, object] | None = None) -> float:
+    """Extra factor on the softmax scale ``1/sqrt(d_k)`` that DeepSeek's YaRN form needs.
+
+    DeepSeek-V2 and V3 split YaRN's temperature in two: :func:`rope_attention_factor` (the
+    ratio of two ``mscale`` values, ``1.0`` when they are equal) on cos and sin, and this factor
+    on the scores, ``mscale(factor, mscale_all_dim)**2``, which ``transformers`` applies inside
+    those models' attention (``modeling_deepseek_v3.py``), not in its RoPE code. The logits of
+    such a model grow by ``rope_attention_factor(s)**2 * rope_softmax_factor(s)`` in all.
+    :func:`apply_rope` does not apply this factor: multiply the attention's scale by it.
+
+    Args:
+        scaling: as in :func:`rope_frequencies`.
+
+    Returns:
+        ``mscale(factor, mscale_all_dim)**2`` with ``mscale(s, m) = 0.1 m ln(s) + 1`` for a
+        ``"yarn"`` rule that sets a non-zero ``mscale_all_dim``; ``1.0`` otherwise.
+    """
+    rule = _scaling_rule(scaling)
+    if rule is None or rule[0] != "yarn" or not rule[1].get("mscale_all_dim"):
+        return 1.0
+    factor, m = rule[1]["factor"], rule[1]["mscale_all_dim"]
+    return 1.0 if factor <= 1 else (0.1 * m * math.log(factor) + 1.0) ** 2
+
+
 def rope_angles(
     positions: torch.Tensor,
     d: int,
@@ -242,9 +308,12 @@ def rope_angles(
         base, scaling: as in :func:`rope_frequencies`.
 
     Returns:
-        Float64 tensor ``(..., d/2)`` on the device of ``positions``. Float64 matters at large
-        positions: float32 numbers near ``1e6`` are ``0.0625`` apart, so a float32 angle there
-        could be off by about ``0.03`` radians.
+        Float64 tensor ``(..., d/2)`` on the device of ``positions``. At large positions the
+        precision shows: float32 numbers near ``1e6`` are ``0.0625`` apart, so float64 angles
+        there can differ from float32 ones by about ``0.03`` radians. ``transformers``
+        computes them in float32 and checkpoints were trained with those numbers: this
+        module's float64 angles are closer to ``m * theta_p`` but differ from the
+        reference numerics.
     """
     positions = require_tensor("positions", positions, dtype="integer", shape_hint="(..., T)")
     freqs = rope_frequencies(d, base=base, scaling=scaling).to(positions.device)  # (d/2,)
@@ -254,6 +323,11 @@ def rope_angles(
 def _positions_for(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """``positions`` shaped to broadcast to ``x.shape[:-1]``, or a ValueError saying why not."""
     rank, k, given = x.ndim, positions.ndim, tuple(positions.shape)
+    if k == 0 or given[-1] != x.shape[-2]:
+        raise ValueError(
+            f"positions of shape {given} must end in T = x.shape[-2] = {x.shape[-2]} (one "
+            f"position per token of x, shape {tuple(x.shape)}); only leading dims broadcast"
+        )
     position_ids = rank == 4 and k == 2  # Hugging Face's (B, T) for x (B, H, T, d)
     if position_ids:
         positions = positions.unsqueeze(1)  # (B, 1, T): one row per sequence, for every head
@@ -295,14 +369,20 @@ def apply_rope(
     Apply it to queries and keys (never values) after the head split and before the scores.
 
     Args:
-        x: floating tensor ``(..., T, d)``, e.g. queries ``(B, H, T, d)``.
-        positions: integer tensor of each token's absolute position. ``(T,)`` is shared by
-            every sequence and head (``torch.arange(T)``, or ``cache_len + arange(T)`` when
-            decoding with a KV cache). Otherwise it has ``x.ndim - 1`` dims broadcastable to
-            ``x.shape[:-1]``, e.g. ``(B, 1, T)``, with one exception: for 4-D ``x (B, H, T, d)``
-            a 2-D ``(B, T)`` is Hugging Face's ``position_ids``, one row per sequence shared by
-            all heads (left padding, packed sequences). Other ranks between are rejected as
-            ambiguous rather than broadcast against the wrong dims.
+        x: floating tensor ``(..., T, d_k)``, e.g. queries ``(B, H, T, d_k)`` (``d_k`` the
+            head width, ``d`` in the formulas of this module). The token axis must be the
+            second to last: GPT-J-style ``(B, T, H, d_k)`` tensors are misread (silently when
+            ``T == H``); transpose them to ``(B, H, T, d_k)`` first.
+        positions: integer tensor of each token's absolute position; its last dim is T
+            (``positions.shape[-1] == x.shape[-2]``, so a one-token decode step gives
+            ``torch.tensor([t])`` for ``x (..., 1, d_k)``; a size-1 positions is never spread
+            over T tokens). ``(T,)`` is shared by every sequence and head
+            (``torch.arange(T)``, or ``cache_len + arange(T)`` when decoding with a KV cache).
+            Otherwise it has ``x.ndim - 1`` dims whose leading ones broadcast against
+            ``x.shape[:-2]``, e.g. ``(B, 1, T)``, with one exception: for 4-D
+            ``x (B, H, T, d_k)`` a 2-D ``(B, T)`` is Hugging Face's ``position_ids``, one row
+            per sequence shared by all heads (left padding, packed sequences). Other ranks
+            between are rejected as ambiguous rather than broadcast against the wrong dims.
         base: as in :func:`rope_frequencies`.
         layout: which coordinates form a pair, ``"half"`` or ``"interleaved"`` (see module
             docstring); under partial rotary, within the first ``rotary_dim`` features.
