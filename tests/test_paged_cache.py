@@ -50,6 +50,20 @@ def test_freed_blocks_are_reused_and_tables_need_not_be_contiguous():
     assert paged.gather("b")[0].flatten().tolist() == [2, 2, 2, 2]  # untouched by c
 
 
+def test_blocks_are_allocated_on_demand_so_only_the_last_is_partial():
+    g = torch.Generator().manual_seed(2)
+    lengths = torch.randint(1, 60, (40,), generator=g)
+    block = 8
+    pool = PagedKVCache(blocks=400, block_size=block, kv_heads=1, head_dim=1)
+    for seq, n in enumerate(lengths.tolist()):
+        for part in (n // 3, n - n // 3):  # a prompt, then the rest, one append each
+            pool.append(seq, torch.zeros(1, part, 1), torch.zeros(1, part, 1))
+        assert len(pool.block_tables[seq]) == -(-n // block)  # ceil: no block held in advance
+    expected = int((-(-lengths // block) * block - lengths).sum())  # last blocks' empty slots
+    assert pool.unused_slots() == expected
+    assert len(pool.free_blocks) == 400 - int((-(-lengths // block)).sum())
+
+
 def test_a_full_pool_refuses_and_writes_nothing():
     paged = PagedKVCache(blocks=2, block_size=4, kv_heads=1, head_dim=2)
     paged.append(0, torch.zeros(1, 5, 2), torch.zeros(1, 5, 2))

@@ -10,6 +10,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from attnbook.masks import sliding_window_mask
 from attnbook.rolling_cache import RollingKVCache
+from attnbook.rope import apply_rope
 
 
 @given(window=st.integers(1, 12), t=st.integers(1, 30))
@@ -27,6 +28,28 @@ def test_decoding_with_the_rolling_cache_equals_masked_full_attention(window, t)
         torch.testing.assert_close(out, full[:, :, i : i + 1])
         sizes.add(cache.nbytes)
     assert sizes == {2 * 2 * 3 * window * 4 * 8}  # fixed, whatever the length
+
+
+def test_keys_rotated_at_absolute_positions_survive_the_wrap_and_slot_positions_do_not():
+    t, w = 30, 6
+    g = torch.Generator().manual_seed(1)
+    q_raw, k_raw, v = (torch.randn(1, 2, t, 8, dtype=torch.float64, generator=g) for _ in range(3))
+    q, k = apply_rope(q_raw, torch.arange(t)), apply_rope(k_raw, torch.arange(t))
+    full = sdpa(q, k, v, attn_mask=sliding_window_mask(t, window=w))  # RoPE, then the mask
+    rotated, raw = (
+        RollingKVCache(window=w, batch=1, kv_heads=2, head_dim=8, dtype=torch.float64)
+        for _ in range(2)
+    )
+    wrong_steps = 0
+    for i in range(t):
+        keys, values, _ = rotated.append(k[:, :, i : i + 1], v[:, :, i : i + 1])
+        torch.testing.assert_close(sdpa(q[:, :, i : i + 1], keys, values), full[:, :, i : i + 1])
+        # the mistake: cache un-rotated keys and rotate them (and the query) by slot index
+        keys, values, _ = raw.append(k_raw[:, :, i : i + 1], v[:, :, i : i + 1])
+        slot_q = apply_rope(q_raw[:, :, i : i + 1], torch.tensor([i % w]))
+        out = sdpa(slot_q, apply_rope(keys, torch.arange(keys.shape[2])), values)
+        wrong_steps += bool((out - full[:, :, i : i + 1]).abs().max() > 1e-6)
+    assert wrong_steps > t // 2  # wrong once the buffer wraps out of position order
 
 
 def test_without_the_window_the_answer_differs():
