@@ -15,7 +15,8 @@ Conventions
 * Tensors follow the layout of PyTorch's ``scaled_dot_product_attention``:
   ``(..., heads, tokens, features)``.
 * Masks are ``torch.bool`` with ``True`` meaning *may attend* (SDPA's convention; note that
-  ``nn.MultiheadAttention`` uses the opposite meaning for boolean masks).
+  ``nn.MultiheadAttention`` uses the opposite meaning for boolean masks). ``attention`` also
+  takes a floating mask, which is added to the scores (ALiBi, Hugging Face's eager masks).
 * A query row with no allowed key yields a zero output row and zero weights, never NaN.
 * Public functions validate their inputs and raise ``ValueError``/``TypeError`` naming the
   offending argument and its shape or value.
@@ -29,7 +30,12 @@ training) and ``retrieval_seeds`` (several seeds trained as one batched model), 
 memory, entropy). The tiny GPT of chapter 13 adds ``norm`` (RMSNorm), ``kv_cache``, ``gpt``
 (the model and its parameter and FLOP counts), ``sampling``, ``corpus`` (the book's prose as
 characters) and ``lm_training``; the induction-head chapter adds ``induction`` (the task and
-the head scores) and ``induction_model``.
+the head scores) and ``induction_model``. Real models: ``configs`` (published configurations
+as small JSON files, read into a ``GPTConfig``). Scale: ``io_complexity`` (slow-memory
+traffic of standard and tiled attention) and ``data_parallel`` (chapter 13's loop under DDP).
+Serving: ``decoding`` (split-KV decoding), ``rolling_cache`` (a sliding-window cache),
+``paged_cache`` (block tables), ``linear_attention`` (three forms of causal linear attention)
+and ``speculative`` (the acceptance rule, exactly and by sampling).
 Nothing is imported eagerly here so that ``import attnbook`` stays cheap.
 """
 
