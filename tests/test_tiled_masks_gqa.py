@@ -159,3 +159,13 @@ def test_bfloat16_gqa_is_computed_in_float32(name):
     assert out.dtype == torch.bfloat16
     ref = attention(*repeated(*(x.bfloat16().float() for x in (q, k, v))), causal_mask(20))
     torch.testing.assert_close(out.float(), ref, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_no_query_heads_gives_an_empty_output_as_attention_does(name):
+    q = torch.randn(1, 0, 3, 4, requires_grad=True)
+    k, v = torch.randn(1, 2, 5, 4, requires_grad=True), torch.randn(1, 2, 5, 3, requires_grad=True)
+    out = FUNCTIONS[name](q, k, v, causal=True)
+    assert out.shape == attention(q, k, v).shape == (1, 0, 3, 3)
+    out.sum().backward()
+    assert torch.equal(k.grad, torch.zeros_like(k))

@@ -175,6 +175,14 @@ class _Layout(NamedTuple):
     group: int  # 0 when not grouped
 
 
+def _without_query_heads(q, k, v):
+    """With ``Hq == 0`` (allowed: 0 is a multiple of every ``Hkv``) no key/value head is read;
+    keep none of them, so the shapes meet as ordinary attention with no heads."""
+    if q.dim() >= 3 and q.shape[-3] == 0 and k.shape[-3] != 0:
+        return q, k[..., :0, :, :], v[..., :0, :, :]
+    return q, k, v
+
+
 def _layout(q, k, mask) -> _Layout:
     if q.dim() < 3 or q.shape[-3] == k.shape[-3]:
         return _Layout(q, mask, 0)
@@ -293,6 +301,7 @@ def tiled_attention(
     causal = require_bool("causal", causal)
     if mask is not None:
         mask = _require_mask(mask, q, k)
+    q, k, v = _without_query_heads(q, k, v)
     t_q, t_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else require_real("scale", scale)
     dtype, work = q.dtype, _working_dtype(q.dtype)

@@ -38,6 +38,7 @@ from attnbook.online_softmax import (
     _tiles,
     block_state,
     merge,
+    tiled_attention,
 )
 
 __all__ = ["TiledAttention", "recomputing_attention"]
@@ -75,6 +76,10 @@ class TiledAttention(torch.autograd.Function):
         scale = require_real("scale", scale)
         if mask is not None:
             mask = _require_mask(mask, q, k)
+        if q.dim() >= 3 and q.shape[-3] == 0 and k.shape[-3] != 0:
+            raise ValueError(
+                "TiledAttention.apply needs Hq >= 1; recomputing_attention takes Hq = 0"
+            )
         t_q, t_k = q.shape[-2], k.shape[-2]
         q_block = max(t_q if query_block_size is None else query_block_size, 1)
         lay = _layout(q, k, mask)
@@ -188,6 +193,8 @@ def recomputing_attention(
     if mask is not None:
         mask = _require_mask(mask, q, k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else require_real("scale", scale)
+    if q.dim() >= 3 and q.shape[-3] == 0:  # no query heads: an empty output, nothing to save
+        return tiled_attention(q, k, v, mask, block_size=block_size, causal=causal, scale=scale)
     work = _working_dtype(q.dtype)
     args = (block_size, causal, scale, mask, query_block_size)
     if work != q.dtype:  # 16-bit inputs: scores and sums in float32, the output cast back
