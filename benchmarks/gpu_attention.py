@@ -76,7 +76,7 @@ def attention_rows(args, device: torch.device, dtype: torch.dtype) -> list[dict]
         flops_fwd = args.batch * args.heads * 2 * args.d * n * (n + args.tile)
         impls = {
             name: (lambda b=b: contextlib.nullcontext() if b is None else sdpa_kernel([b]),
-                   lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True))
+                   lambda q, k, v: scaled_dot_product_attention(q, k, v, None, is_causal=True))
             for name, b in BACKENDS.items()
         }  # fmt: skip
         impls["attnbook tiled"] = (
