@@ -164,3 +164,45 @@ def test_model_is_causal_and_ablation_zeroes_a_head():
         model(tokens, head_mask=torch.ones(3, 1))
     with pytest.raises(ValueError, match="tokens must lie in"):
         model(tokens + 30)
+
+
+def test_one_layer_hand_built_head_beats_the_positional_guess():
+    """Issue #25's counterexample: one layer, one head, weights set by hand. The query picks the
+    earliest answer position its t allows that does not hold its own token, and copies it; its
+    accuracy must equal that rule computed from the tokens, well above the positional guess."""
+    import dataclasses
+    import math
+
+    config = dataclasses.replace(InductionConfig(), layers=1, seeds=1)
+    model = AttentionOnly(config)
+    d, v, t = config.width, config.vocab, config.t
+    root = math.sqrt(d)  # attention divides the scores by sqrt(d_head)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.embed[0, :v, :v] = torch.eye(v)  # token one-hot, the pad left at zero
+        pos = torch.arange(t, dtype=torch.float32)
+        earliest = pos - pos.clamp(max=config.max_len) + 1  # earliest candidate for query t
+        model.position[0, :, 24], model.position[0, :, 25] = pos, pos**2
+        model.position[0, :, 26], model.position[0, :, 27] = earliest + 0.4, 1.0
+        w = torch.zeros(d, 3 * d)
+        w[:v, :v] = -100 * root * torch.eye(v)  # never a key holding the query's own token
+        w[26, 24], w[27, 25] = 2 * 50 * root, -50 * root  # -50 (j - target)^2 up to a constant
+        w[:v, d : d + v] = torch.eye(v)
+        w[24, d + 24] = w[25, d + 25] = 1.0
+        w[:v, 2 * d : 2 * d + v] = torch.eye(v)  # the value is the key's token
+        model.qkv[0][0] = w
+        model.out[0][0, :v, :v] = 10 * torch.eye(v)
+        model.unembed[0, :v, :v] = torch.eye(v)
+    tokens, lengths = config.data(1024, 7)
+    accuracy = evaluate(model, tokens, lengths)["accuracy"].item()
+    rows, q = repeated_queries(lengths, t).nonzero(as_tuple=True)
+    ell = torch.arange(config.min_len, config.max_len + 1)
+    consistent = (ell <= q[:, None]) & (q[:, None] <= 2 * ell - 2)
+    candidate = q[:, None] - ell + 1
+    own = tokens[rows[:, None], candidate.clamp(0, t - 1)] == tokens[rows, q][:, None]
+    chosen = torch.where(consistent & ~own, candidate, t).min(-1).values
+    rule = (chosen == q - lengths[rows] + 1).double().mean().item()
+    guess = (1 / (consistent & ~own).sum(-1)).double().mean().item()
+    assert accuracy == pytest.approx(rule, abs=1e-6)  # float32 mean; one query is 2e-4
+    assert rule > guess + 0.15 and round(guess, 3) == 0.382
