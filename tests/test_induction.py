@@ -3,6 +3,9 @@ batched attention-only model against a per-seed loop."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -170,12 +173,10 @@ def test_one_layer_hand_built_head_beats_the_positional_guess():
     """Issue #25's counterexample: one layer, one head, weights set by hand. The query picks the
     earliest answer position its t allows that does not hold its own token, and copies it; its
     accuracy must equal that rule computed from the tokens, well above the positional guess."""
-    import dataclasses
-    import math
-
     config = dataclasses.replace(InductionConfig(), layers=1, seeds=1)
     model = AttentionOnly(config)
     d, v, t = config.width, config.vocab, config.t
+    assert d >= v + 4  # dims 0..v-1 hold the token, v..v+3 = 24..27 the position features
     root = math.sqrt(d)  # attention divides the scores by sqrt(d_head)
     with torch.no_grad():
         for p in model.parameters():
