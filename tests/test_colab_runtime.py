@@ -1,6 +1,7 @@
 """Every chapter in a Colab-like runtime: ipywidgets 7, a non-editable install, no network.
 
-Colab ships ipywidgets 7.7.1 and ipykernel 6, and a reader there installs ``attnbook`` as a
+Colab ships ipywidgets 7.7.1 and ipykernel 6 (and transformers, which chapter 13's oracle
+section uses), and a reader there installs ``attnbook`` as a
 package (the setup cell's ``%pip install``), not as this repository's editable checkout. This
 test builds that runtime in a new virtual environment (the same pins for torch, NumPy and
 matplotlib, so uv links them from its cache), installs the package from a wheel, cuts the
@@ -8,7 +9,9 @@ network (a new network namespace with only loopback), and executes every chapter
 ``.ipynb`` alone in an empty folder. It fails on an error in any cell, a file written beside the
 notebook, a module or data file missing from the wheel, a widget that does not reach the
 ipywidgets-7 front end as a widget view with saved state, or the repository's copy being
-imported instead of the installed package.
+imported instead of the installed package, or a cell whose printed text changes with the CPU
+path but carries no ``nbval-ignore-output`` tag (it prints trained or rounding-dependent
+digits, which strict nbval would compare).
 
 Run by ``make test`` (marker ``runtime``), in the background while the other checks run: it is
 the second environment in which each chapter executes once. It runs them on the no-vector CPU
@@ -31,11 +34,14 @@ import pytest
 from attnbook.runtime import CPU_PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from chapter_runs import changed_cells, untagged_change  # noqa: E402
+
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 UV = Path(sys.executable).parent / "uv"
 # Colab's widget and kernel line; the rest as the book pins them.
 COLAB = ["ipywidgets==7.7.1", "ipykernel==6.30.1"]
-SHARED = ("torch", "numpy", "matplotlib", "nbclient", "nbformat", "anywidget")
+SHARED = ("torch", "numpy", "matplotlib", "nbclient", "nbformat", "anywidget", "transformers")
 # Colab's CPUs are not this machine's, and float sums that run in another order drift over a
 # training run. A chapter that asserts a number only one machine's rounding produces fails here.
 NO_VECTOR = CPU_PATHS["no-vector"]
@@ -70,6 +76,7 @@ for path in map(Path, sys.argv[1:]):
                                  if m["model_module"] == "@jupyter-widgets/base"}),
         "extra_files": sorted(p.name for p in alone.iterdir() if p.name != path.name),
     }
+    nbformat.write(nb, Path(os.environ["EXECUTED_INTO"]) / path.name)  # compared by the test
 import attnbook, ipywidgets, torch
 report["_env"] = {"attnbook": attnbook.__file__, "ipywidgets": ipywidgets.__version__,
                   "cpu": torch.backends.cpu.get_cpu_capability()}
@@ -121,6 +128,8 @@ def test_every_chapter_runs_in_a_colab_like_runtime_with_no_network(tmp_path):
     run_all.write_text(RUN_ALL)
     work = tmp_path / "work"  # the driver's cwd: nothing from the repository is importable
     work.mkdir()
+    executed = tmp_path / "executed"  # each chapter as this run left it
+    executed.mkdir()
     result = _run(
         [*_offline_prefix(), str(python), str(run_all), *map(str, CHAPTERS)],
         cwd=work,
@@ -129,7 +138,8 @@ def test_every_chapter_runs_in_a_colab_like_runtime_with_no_network(tmp_path):
             for k, v in os.environ.items()
             if not k.startswith(("PYTHON", "VIRTUAL_ENV")) and k not in CPU_PATHS["declared"]
         }
-        | NO_VECTOR,
+        | NO_VECTOR
+        | {"EXECUTED_INTO": str(executed)},
         timeout=2400,  # 15 chapters in one process, sharing two cores with make test's other lanes
     )
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -147,4 +157,19 @@ def test_every_chapter_runs_in_a_colab_like_runtime_with_no_network(tmp_path):
         if chapter["views"]:  # ipywidgets 7 speaks widget protocol 2 with base 1.2.0
             assert chapter["base_versions"] == ["1.2.0"], (name, chapter["base_versions"])
     assert sum(c["views"] for k, c in report.items() if k != "_env") >= 5, "the widgets ran"
+    # On the no-vector path every float sum rounds otherwise than on the declared path, so a
+    # cell whose text depends on rounding shows it here, on any machine.
+    changes = {
+        p.name: changed_cells(
+            json.loads(p.read_text()), json.loads((executed / p.name).read_text())
+        )
+        for p in CHAPTERS
+    }
+    untagged = [untagged_change(n, c) for n, cs in changes.items() for c in cs if not c["tagged"]]
+    print(
+        f"{sum(map(len, changes.values()))} code cells printed other text than the stored "
+        f"outputs, {len(untagged)} of them untagged"
+    )
+    assert sum(map(len, changes.values())) > 0, "no cell changed: the comparison tested nothing"
+    assert not untagged, "\n".join(untagged)
     shutil.rmtree(env, ignore_errors=True)
