@@ -140,7 +140,7 @@ def test_every_chapter_runs_in_a_colab_like_runtime_with_no_network(tmp_path):
         }
         | NO_VECTOR
         | {"EXECUTED_INTO": str(executed)},
-        timeout=2400,  # 15 chapters in one process, sharing two cores with make test's other lanes
+        timeout=2400,  # 16 notebooks in one process, sharing two cores with make test's other lanes
     )
     report = json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
 import torch
 
 from attnbook import practice
+from attnbook.practice import check
 
 
 def _backward(q, k, v, out, lse, d_out):  # by hand: no autograd needed
@@ -197,3 +199,40 @@ def test_a_first_call_that_imports_does_not_eat_the_whole_checks_time(monkeypatc
 
     result = practice.check("attention_flops", slow_first)
     assert result, result.message
+
+
+# Round 3 of the learner attack (issue #30): an output left uninitialised passed some of the
+# time, an infinite count was named as a catalogued mistake, and a function's change of the
+# default dtype outlived the check.
+
+
+def _attention_leaving_no_keys_uninitialised(q, k, v):
+    if k.shape[-2] == 0:  # the answer for no keys is zeros; this leaves whatever memory held
+        return torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+    return torch.softmax(q @ k.mT / math.sqrt(q.shape[-1]), -1) @ v
+
+
+def test_an_uninitialised_output_never_passes():
+    for _ in range(5):  # it passed 4 times in 5 before, whenever the memory held zeros
+        result = check("attention", _attention_leaving_no_keys_uninitialised)
+        assert not result and result.status != "correct"
+    assert not torch.are_deterministic_algorithms_enabled()  # the fill is the checker's only
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, float("nan")])
+def test_a_non_finite_count_is_not_named_as_a_mistake(value):
+    def flops(*, t_q, t_k, heads, d_k, d_v):
+        return value
+
+    result = check("attention_flops", flops)
+    assert not result and result.mistake is None
+
+
+def test_a_changed_default_dtype_does_not_outlive_the_call():
+    def sets_float64(q, k, v):
+        torch.set_default_dtype(torch.float64)
+        torch.set_grad_enabled(False)
+        return torch.softmax(q @ k.mT / math.sqrt(q.shape[-1]), -1) @ v
+
+    check("attention", sets_float64)
+    assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()

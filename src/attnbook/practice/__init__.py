@@ -8,11 +8,13 @@ variant of the exercise (the classic mistakes: a missing √dk, a softmax along 
 a flipped mask, a merge without the rescale, ...) and, if one matches on every case, names it.
 Mistakes are recognised by behaviour only: the checker never reads the reader's source.
 
-A function that raises ``NotImplementedError`` on every case is reported as *not attempted*
-and counts as passed, so a chapter with unsolved exercises still runs top to bottom; one that
-raises it on some cases only is a partly written function and fails. ``bool(result)`` is
-True only when the function is correct, so ``assert check(name, fn)`` fails on a stub and on
-a wrong answer.
+A function that raises ``NotImplementedError`` on every case is reported as *not attempted*:
+``check`` returns quietly (``result.passed`` is True), so a chapter with unsolved exercises
+still runs top to bottom, but ``bool(result)`` is False. One that raises it on some cases only
+is a partly written function and fails. ``bool(result)`` is True only when the function is
+correct, so ``assert check(name, fn)`` fails on a stub and on a wrong answer. The function
+runs with uninitialised memory filled with NaN (``torch.empty`` never passes by chance), and
+the default dtype and grad mode it may change are put back after each call.
 
 ``check`` never raises for anything ``fn`` does (``SystemExit`` included), stops a call
 that runs past :data:`TIME_LIMIT_S` seconds and a whole check :data:`TOTAL_LIMIT_S`
@@ -244,12 +246,13 @@ def check(name: str, fn: Callable[..., Any]) -> Result:
         ``message`` (the first failing input and what went wrong there, a line per case,
         and a hint that fits the failure), ``cases`` and ``kind``. Displayed in a notebook
         it shows a short verdict. ``bool(result)`` is True only when ``fn`` is correct.
-        A stub that raises ``NotImplementedError`` on every case passes with status
-        ``"not attempted"``. Whatever ``fn`` raises (``SystemExit`` too) is reported in
-        the message, never propagated; a call that runs past :data:`TIME_LIMIT_S` seconds
-        is stopped and reported, and the check stops :data:`TOTAL_LIMIT_S` seconds after
-        the first case, saying how many cases finished. ``KeyboardInterrupt`` is passed on, so that
-        a cell can always be interrupted.
+        A stub that raises ``NotImplementedError`` on every case gets ``passed`` True
+        (the chapter runs on) with status ``"not attempted"``, and ``bool(result)`` False.
+        Whatever ``fn`` raises (``SystemExit`` too) is reported in the message, never
+        propagated; a call that runs past :data:`TIME_LIMIT_S` seconds is stopped and
+        reported, and the check stops :data:`TOTAL_LIMIT_S` seconds after the first case,
+        saying how many cases finished. ``KeyboardInterrupt`` is passed on, so that a cell
+        can always be interrupted.
 
     Raises:
         ValueError: ``name`` is not an exercise.

@@ -37,6 +37,7 @@ impossible to stop. Everything else the function raises, ``SystemExit`` and othe
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import math
@@ -47,7 +48,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +170,30 @@ def _in_thread(thunk: Callable[[], Any], limit: float) -> Any:
     return box.get("value")
 
 
+@contextlib.contextmanager
+def _torch_state_kept() -> Iterator[None]:
+    """Run a reader's function with uninitialised memory filled with NaN (the largest integer
+    for integer dtypes), so that an output left as ``torch.empty`` never passes by chance, and
+    put back afterwards the global state it may change (default dtype, grad mode)."""
+    import torch.utils.deterministic as deterministic
+
+    dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
+    was = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        deterministic.fill_uninitialized_memory,
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)  # warn, never refuse an op
+    deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        deterministic.fill_uninitialized_memory = was[2]
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+
+
 def run_limited(thunk: Callable[[], Any], limit: float | None) -> Any:
     """``thunk()``, stopped with :class:`TimeUp` after ``limit`` seconds (None: no limit)."""
     if limit is None:
@@ -186,7 +211,7 @@ def call(
     args = copy.deepcopy(inputs)
 
     def thunk():
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _torch_state_kept():
             warnings.simplefilter("ignore")
             return fn(**args) if keyword else fn(*args.values())
 
@@ -397,6 +422,8 @@ def _same_value(a: Any, b: Any) -> bool:
     if x is None or y is None:
         return False
     if isinstance(x, int) and isinstance(y, int):
+        return x == y
+    if not (math.isfinite(x) and math.isfinite(y)):  # inf is within any tolerance of inf * r
         return x == y
     try:
         return x == y or abs(x - y) <= 1e-9 * max(abs(x), abs(y))
