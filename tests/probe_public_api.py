@@ -58,6 +58,7 @@ from attnbook import (
     gpt,
     heads,
     induction,
+    induction_baselines,
     induction_model,
     kv_cache,
     lm_training,
@@ -3411,6 +3412,61 @@ def attention_only_reference(model, tokens, head_mask=None):
     return torch.stack(out).detach()
 
 
+def probe_induction_baselines(p: Probe) -> None:
+    import dataclasses
+
+    from attnbook.induction import make_repeats
+    from attnbook.induction_baselines import answer_candidates, earliest_candidate_head
+    from attnbook.induction_model import InductionConfig, evaluate
+
+    g = torch.Generator().manual_seed(3)
+    tokens, lengths = make_repeats(64, vocab=24, min_len=6, max_len=12, generator=g)
+
+    def candidates_by_hand(found) -> None:  # every query's candidates, in plain Python
+        rows, queries = found.rows.tolist(), found.queries.tolist()
+        expect(len(rows) == sum(n - 1 for n in lengths.tolist()), "one query per copy")
+        for i, (r, t) in enumerate(zip(rows, queries, strict=True)):
+            row = tokens[r].tolist()
+            for k, ell in enumerate(range(6, 13)):
+                ok = ell <= t <= 2 * ell - 2
+                expect(bool(found.consistent[i, k]) == ok, "consistent lengths")
+                if ok:
+                    expect(bool(found.own[i, k]) == (row[t - ell + 1] == row[t]), "own token")
+            expect(found.truth[i].nonzero().item() == lengths[r].item() - 6, "true length")
+
+    p.call(answer_candidates, "64 sequences", lambda: answer_candidates(tokens, lengths, 6, 12),
+           candidates_by_hand)  # fmt: skip
+    for label, args in (
+        ("float tokens", (tokens.float(), lengths, 6, 12)),
+        ("1-d tokens", (tokens[0], lengths, 6, 12)),
+        ("lengths below min_len", (tokens, lengths, 7, 12)),
+        ("min_len > max_len", (tokens, lengths, 12, 6)),
+        ("max_len beyond T/2", (tokens, lengths, 6, 13)),
+        ("lengths of other N", (tokens, lengths[:3], 6, 12)),
+        ("float lengths", (tokens, lengths.float(), 6, 12)),
+        ("min_len 6.0", (tokens, lengths, 6.0, 12)),
+        ("meta tokens", (tokens.to("meta"), lengths, 6, 12)),
+    ):
+        p.call(answer_candidates, label, lambda a=args: answer_candidates(*a))
+
+    one_layer = dataclasses.replace(InductionConfig(), layers=1, seeds=1)
+
+    def matches_the_rule(model) -> None:
+        found = answer_candidates(tokens, lengths, 6, 12)
+        accuracy = evaluate(model, tokens, lengths)["accuracy"].item()
+        expect(abs(accuracy - found.earliest_accuracy()) < 1e-6, "the earliest-candidate rule")
+
+    p.call(earliest_candidate_head, "one layer, one head",
+           lambda: earliest_candidate_head(one_layer), matches_the_rule)  # fmt: skip
+    for label, value in (
+        ("two layers", InductionConfig()),
+        ("width 26 < vocab + 4", dataclasses.replace(one_layer, width=26)),
+        ("two heads", dataclasses.replace(one_layer, heads=2)),
+        ("a dict", {"layers": 1}),
+    ):
+        p.call(earliest_candidate_head, label, lambda v=value: earliest_candidate_head(v))
+
+
 def probe_induction_model(p: Probe) -> None:
     from attnbook.induction_model import AttentionOnly, InductionConfig, evaluate, train
 
@@ -4145,6 +4201,7 @@ PROBES = [
     probe_induction,
     probe_copying_score,
     probe_induction_model,
+    probe_induction_baselines,
     probe_tiled_backward,
     probe_retrieval_seeds,
     probe_practice,
@@ -4171,6 +4228,7 @@ PUBLIC_MODULES = [
     corpus,
     lm_training,
     induction,
+    induction_baselines,
     induction_model,
     tiled_backward,
     retrieval_seeds,

@@ -4,7 +4,6 @@ batched attention-only model against a per-seed loop."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from attnbook.induction import (
     previous_token_score,
     repeated_queries,
 )
+from attnbook.induction_baselines import answer_candidates, earliest_candidate_head
 from attnbook.induction_model import AttentionOnly, InductionConfig, evaluate
 
 
@@ -170,40 +170,67 @@ def test_model_is_causal_and_ablation_zeroes_a_head():
 
 
 def test_one_layer_hand_built_head_beats_the_positional_guess():
-    """Issue #25's counterexample: one layer, one head, weights set by hand. The query picks the
-    earliest answer position its t allows that does not hold its own token, and copies it; its
-    accuracy must equal that rule computed from the tokens, well above the positional guess."""
-    config = dataclasses.replace(InductionConfig(), layers=1, seeds=1)
-    model = AttentionOnly(config)
-    d, v, t = config.width, config.vocab, config.t
-    assert d >= v + 4  # dims 0..v-1 hold the token, v..v+3 = 24..27 the position features
-    root = math.sqrt(d)  # attention divides the scores by sqrt(d_head)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()
-        model.embed[0, :v, :v] = torch.eye(v)  # token one-hot, the pad left at zero
-        pos = torch.arange(t, dtype=torch.float32)
-        earliest = pos - pos.clamp(max=config.max_len) + 1  # earliest candidate for query t
-        model.position[0, :, 24], model.position[0, :, 25] = pos, pos**2
-        model.position[0, :, 26], model.position[0, :, 27] = earliest + 0.4, 1.0
-        w = torch.zeros(d, 3 * d)
-        w[:v, :v] = -100 * root * torch.eye(v)  # never a key holding the query's own token
-        w[26, 24], w[27, 25] = 2 * 50 * root, -50 * root  # -50 (j - target)^2 up to a constant
-        w[:v, d : d + v] = torch.eye(v)
-        w[24, d + 24] = w[25, d + 25] = 1.0
-        w[:v, 2 * d : 2 * d + v] = torch.eye(v)  # the value is the key's token
-        model.qkv[0][0] = w
-        model.out[0][0, :v, :v] = 10 * torch.eye(v)
-        model.unembed[0, :v, :v] = torch.eye(v)
+    """Issue #25's counterexample: one layer, one head, weights set by hand. Its accuracy must
+    equal the earliest-candidate rule computed from the tokens alone (an oracle that runs no
+    model), well above the positional guess, and it must use both parts of its rule."""
+    config = dataclasses.replace(InductionConfig(), layers=1, seeds=2)
+    model = earliest_candidate_head(config)
     tokens, lengths = config.data(1024, 7)
-    accuracy = evaluate(model, tokens, lengths)["accuracy"].item()
-    rows, q = repeated_queries(lengths, t).nonzero(as_tuple=True)
-    ell = torch.arange(config.min_len, config.max_len + 1)
-    consistent = (ell <= q[:, None]) & (q[:, None] <= 2 * ell - 2)
-    candidate = q[:, None] - ell + 1
-    own = tokens[rows[:, None], candidate.clamp(0, t - 1)] == tokens[rows, q][:, None]
-    chosen = torch.where(consistent & ~own, candidate, t).min(-1).values
-    rule = (chosen == q - lengths[rows] + 1).double().mean().item()
-    guess = (1 / (consistent & ~own).sum(-1)).double().mean().item()
-    assert accuracy == pytest.approx(rule, abs=1e-6)  # float32 mean; one query is 2e-4
+    accuracy = evaluate(model, tokens, lengths)["accuracy"]
+    found = answer_candidates(tokens, lengths, config.min_len, config.max_len)
+    rule, guess = found.earliest_accuracy(), found.guess_accuracy()
+    assert accuracy.tolist() == pytest.approx([rule] * 2, abs=1e-6)  # float32 mean of counts
     assert rule > guess + 0.15 and round(guess, 3) == 0.382
+    # Chapter 14's exercise 4: right on all 11 queries of a length-12 pattern, on 2 of the 5
+    # of a length-6 one (t = 6 and 7).
+    logits = model(tokens)[0][0]  # (N, T, V)
+    rows, q = repeated_queries(lengths, config.t).nonzero(as_tuple=True)
+    right = logits[rows, q].argmax(-1) == tokens[rows, q + 1]
+    for n, share in ((12, 1.0), (6, 0.4)):
+        assert right[lengths[rows] == n].double().mean().item() == pytest.approx(share)
+    assert set(q[(lengths[rows] == 6) & right].tolist()) == {6, 7}
+    # Without the own-token term the head takes the earliest candidate even when it holds
+    # the query's token (the key just before the answer), and loses accuracy.
+    with torch.no_grad():
+        model.qkv[0][:, : config.vocab, : config.vocab] = 0
+    assert (evaluate(model, tokens, lengths)["accuracy"] < rule - 0.05).all()
+    with pytest.raises(ValueError, match="layers=1"):
+        earliest_candidate_head(InductionConfig())
+    with pytest.raises(ValueError, match="width"):
+        earliest_candidate_head(dataclasses.replace(InductionConfig(), layers=1, width=26))
+
+
+@given(seed=st.integers(0, 2**31), min_len=st.integers(2, 6), extra=st.integers(0, 6))
+@settings(max_examples=40, deadline=None)
+def test_the_answer_is_the_one_candidate_never_ruled_out(seed, min_len, extra):
+    max_len = min_len + extra
+    tokens, lengths = _data(32, seed, vocab=2 * max_len, min_len=min_len, max_len=max_len)
+    found = answer_candidates(tokens, lengths, min_len, max_len)
+    q = repeated_queries(lengths, 2 * max_len).sum().item()
+    assert found.position.shape == found.own.shape == (q, max_len - min_len + 1)
+    assert (found.consistent & found.truth).sum(-1).eq(1).all()  # the true length fits t
+    assert not (found.own & found.truth).any()  # the answer never holds the query's token
+    answer = found.queries - lengths[found.rows] + 1
+    assert ((found.position * found.truth).sum(-1) == answer).all()
+    # The only candidate ruled out is the key just before the answer (length L + 1).
+    ruled_out = found.consistent & found.own
+    before = found.position == (answer - 1)[:, None]
+    assert (ruled_out <= before).all()
+    assert 0 < found.guess_accuracy() <= 1 and 0 <= found.earliest_accuracy() <= 1
+    if extra == 0:  # one length: nothing to guess
+        assert found.guess_accuracy() == found.earliest_accuracy() == 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((torch.zeros(4, 24, dtype=torch.long), torch.full((4,), 6), 7, 6), "min_len=7"),
+        ((torch.zeros(4, 20, dtype=torch.long), torch.full((4,), 6), 6, 12), "T >= 24"),
+        ((torch.zeros(4, 24, dtype=torch.long), torch.full((4,), 5), 6, 12), r"\[6, 12\]"),
+        ((torch.zeros(4, 24, dtype=torch.long), torch.full((3,), 6), 6, 12), "3 entries"),
+        ((torch.zeros(4, 24), torch.full((4,), 6), 6, 12), "tokens"),
+    ],
+)
+def test_answer_candidates_rejects_bad_input(args, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        answer_candidates(*args)
