@@ -6,8 +6,9 @@ A query in the repeated half knows its position ``t`` and its own token, not the
 Two yardsticks follow: guessing uniformly among the candidates left
 (:meth:`Candidates.guess_accuracy`, the positional guess) and always taking the earliest one
 (:meth:`Candidates.earliest_accuracy`), which a one-layer, one-head model with weights set by
-hand implements exactly (:func:`earliest_candidate_head`). Neither needs a head to find the
-previous occurrence of a token, which is what the induction head does.
+hand implements exactly (:func:`earliest_candidate_head`). Neither does prefix matching
+(attending to the token after the previous occurrence of the query's token), which is what
+the induction head does and one layer cannot.
 
 Shape names as in :mod:`attnbook.induction`.
 """
