@@ -219,6 +219,22 @@ def test_an_uninitialised_output_never_passes():
     assert not torch.are_deterministic_algorithms_enabled()  # the fill is the checker's only
 
 
+def test_a_call_stopped_by_the_time_limit_leaves_no_state_behind():
+    def hangs(q, k, v):  # stopped at the limit; in a thread it goes on after check returns
+        time.sleep(8)
+        return q
+
+    import threading
+
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("r", check("attention", hangs)))
+    worker.start()  # not the main thread: the checker stops the call with a thread of its own
+    worker.join()
+    assert not result["r"]
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert torch.get_default_dtype() == torch.float32
+
+
 @pytest.mark.parametrize("value", [math.inf, -math.inf, float("nan")])
 def test_a_non_finite_count_is_not_named_as_a_mistake(value):
     def flops(*, t_q, t_k, heads, d_k, d_v):

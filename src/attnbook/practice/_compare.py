@@ -211,12 +211,15 @@ def call(
     args = copy.deepcopy(inputs)
 
     def thunk():
-        with warnings.catch_warnings(), _torch_state_kept():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return fn(**args) if keyword else fn(*args.values())
 
     try:
-        value = run_limited(thunk, limit)
+        # Set and put back in this thread: a call stopped by the time limit may go on in its
+        # own thread, and must not leave the state changed after check returns.
+        with _torch_state_kept():
+            value = run_limited(thunk, limit)
     except KeyboardInterrupt:
         raise  # the reader pressed interrupt: stop the check, as any cell stops
     except TimeUp:
