@@ -99,12 +99,16 @@ def _require_head(q, k, v, fast_memory):
 def flash_tiles(d: int, fast_memory: int, dv: int | None = None) -> tuple[int, int]:
     """Query and key tile sizes ``(Br, Bc)`` for :func:`flash_attention_io`.
 
-    As in FlashAttention's analysis, the key tile is capped at the head width,
+    The book's own choice, made for FlashAttention-2's loop order (query tiles outside and
+    resident, key and value tiles streaming past): the key tile is capped at the head width,
     ``Bc = min(d, M // (4 (d + dv)))`` (at least 1), and the query tile takes the rest of the
     fast memory: the largest ``Br`` with ``Br d`` (queries) + ``Br dv`` (the output
     accumulator) + ``2 Br`` (running max and sum) + ``Br Bc`` (scores) + ``Bc (d + dv)`` (a
-    key and a value tile) <= ``M``. So ``Br`` grows as ``M / d`` and the ``Tq / Br`` re-reads
-    of ``K`` and ``V`` shrink as ``d / M``. Raises if ``Br = 1`` does not fit.
+    key and a value tile) <= ``M``. With ``dv = d`` and ``Bc = d`` that is
+    ``Br = (M - 2 d^2) // (3 d + 2)``. So ``Br`` grows as ``M / d`` and the ``Tq / Br``
+    re-reads of ``K`` and ``V`` shrink as ``d / M``. (Dao et al., 2022, Algorithm 1 caps the
+    query tile instead: ``Bc = ceil(M / 4d)``, ``Br = min(ceil(M / 4d), d)``.) Raises if
+    ``Br = 1`` does not fit.
     """
     d = require_positive_int("d", d)
     dv = d if dv is None else require_positive_int("dv", dv)
