@@ -3446,6 +3446,10 @@ def probe_induction_baselines(p: Probe) -> None:
         ("float lengths", (tokens, lengths.float(), 6, 12)),
         ("min_len 6.0", (tokens, lengths, 6.0, 12)),
         ("meta tokens", (tokens.to("meta"), lengths, 6, 12)),
+        ("every length 1", (torch.zeros(4, 2, dtype=torch.long), torch.ones(4).long(), 1, 1)),
+        ("tokens not a repeat", (tokens.roll(1, dims=1), lengths, 6, 12)),
+        ("lengths not the tokens' own", (tokens, (lengths % 12) + 1, 1, 12)),
+        ("a pattern repeating a token", (torch.full((4, 24), 5), torch.full((4,), 6), 6, 12)),
     ):
         p.call(answer_candidates, label, lambda a=args: answer_candidates(*a))
 

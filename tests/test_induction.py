@@ -229,6 +229,18 @@ def test_the_answer_is_the_one_candidate_never_ruled_out(seed, min_len, extra):
         ((torch.zeros(4, 24, dtype=torch.long), torch.full((4,), 5), 6, 12), r"\[6, 12\]"),
         ((torch.zeros(4, 24, dtype=torch.long), torch.full((3,), 6), 6, 12), "3 entries"),
         ((torch.zeros(4, 24), torch.full((4,), 6), 6, 12), "tokens"),
+        # No repeated-half query at all: guess_accuracy would be NaN, earliest_accuracy fail.
+        (
+            (torch.zeros(4, 2, dtype=torch.long), torch.ones(4, dtype=torch.long), 1, 1),
+            "no repeated-half query",
+        ),
+        # Not a repeat: every query would be scored against an answer that is no answer.
+        ((torch.arange(96).reshape(4, 24), torch.full((4,), 6), 6, 12), "is not the token L"),
+        # A pattern with a repeated token: the answer holds the query's token (1 / 0 = inf).
+        (
+            (torch.tensor([[3, 3, 3, 3] + [0] * 20] * 4), torch.full((4,), 2), 2, 12),
+            "recurs at its answer",
+        ),
     ],
 )
 def test_answer_candidates_rejects_bad_input(args, match):

@@ -94,7 +94,11 @@ def answer_candidates(
         TypeError: ``tokens`` or ``lengths`` not an integer tensor of the stated rank, or a
             non-int ``min_len`` or ``max_len``.
         ValueError: ``min_len > max_len``, ``2 * max_len > T``, ``tokens`` empty or not
-            ``N`` rows, ``lengths`` outside ``[min_len, max_len]`` or without values.
+            ``N`` rows, ``lengths`` outside ``[min_len, max_len]`` or without values;
+            ``lengths`` that leave no repeated-half query (every length 1); ``tokens`` and
+            ``lengths`` that are not repeats of patterns of distinct tokens (a query's token
+            is not the one ``L`` before it, or recurs at its answer position, which would
+            rule out every candidate).
     """
     tokens = require_tensor("tokens", tokens, rank=2, dtype="integer", shape_hint="(N, T)")
     require_nonempty("tokens", tokens, "N and T")
@@ -116,12 +120,25 @@ def answer_candidates(
             f"lengths must lie in [min_len, max_len] = [{min_len}, {max_len}], got {low} to {high}"
         )
     rows, queries = repeated_queries(lengths, t).nonzero(as_tuple=True)  # (Q,) each
+    if len(rows) == 0:
+        raise ValueError("lengths leave no repeated-half query: a pattern needs length >= 2")
     ell = torch.arange(min_len, max_len + 1, device=tokens.device)  # (K,)
     consistent = (ell <= queries[:, None]) & (queries[:, None] <= 2 * ell - 2)  # (Q, K)
     position = queries[:, None] - ell + 1  # (Q, K)
     held = tokens[rows[:, None], position.clamp(0, t - 1)]  # (Q, K) the token at each candidate
     own = held == tokens[rows, queries][:, None]
     truth = ell == lengths[rows, None]
+    period = lengths[rows]  # (Q,)
+    broken = tokens[rows, queries] != tokens[rows, queries - period]  # (Q,) not a copy
+    clash = (own & truth).any(-1)  # (Q,) the answer holds the query's token
+    for bad, why in ((broken, "is not the token L before it"), (clash, "recurs at its answer")):
+        if bad.any():
+            i = bad.nonzero()[0].item()
+            raise ValueError(
+                f"tokens and lengths do not describe repeats of patterns of distinct tokens: "
+                f"in row {rows[i].item()} the token at query {queries[i].item()} {why} "
+                f"(L = {period[i].item()}); use make_repeats"
+            )
     return Candidates(rows, queries, position, consistent, own, truth)
 
 
