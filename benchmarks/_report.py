@@ -15,11 +15,23 @@ from pathlib import Path
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), which names its vendor: MKL's reproducible
+    branches are promised on Intel only, so runs on two vendors differ in their last bits."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def machine() -> str:
     import torch
 
     return (
-        f"{platform.machine()}, {os.cpu_count()} CPU cores, Python "
+        f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} CPU cores, Python "
         f"{platform.python_version()}, torch {torch.__version__}"
     )
 

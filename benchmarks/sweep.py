@@ -19,7 +19,10 @@ room; re-run the sweep after changing a training chapter or the package:
     python benchmarks/sweep.py [--jobs 2] [CHAPTER ...]    (about 25 min on 2 cores for all)
 
 Naming chapters re-runs those alone; the others keep their record, each with its own
-fingerprint.
+fingerprint. A chapter whose fingerprint is unchanged keeps the runs other machines made
+(``hosts``): this machine's runs are added beside them, or replace the ones this machine made
+before, so the margins cover every CPU the sweep has seen; ``--fresh`` drops them instead. A
+changed fingerprint always starts the chapter's record afresh.
 """
 
 from __future__ import annotations
@@ -216,12 +219,50 @@ def _fmt(x: float | None) -> str:
     return f"{x:.4g}"
 
 
+def _host_key(host: dict) -> tuple[str, str]:
+    """A machine as the sweep tells machines apart: its description and what its native path
+    reads (two hosts of one CPU model may differ there)."""
+    return host["machine"], host["paths"]["native"]
+
+
+def hosts_of(record: dict) -> list[dict]:
+    """The machines a chapter's record holds runs of (records written before runs were
+    merged across machines have one, stored at the chapter's level)."""
+    if "hosts" in record:
+        return record["hosts"]
+    return [{k: record[k] for k in ("machine", "date", "paths")}]
+
+
+def merge_record(old: dict | None, new: dict, fresh: bool = False) -> dict:
+    """A chapter's record after a sweep on one machine (``new``: its fingerprint, seeds, one
+    host and that host's runs). The old record's runs on other machines are kept when its
+    fingerprint and seeds are the new ones and ``fresh`` is false; its runs on this machine
+    are always replaced."""
+    (host,) = new["hosts"]
+    for run in new["runs"]:
+        run["machine"] = host["machine"]
+    if (
+        old is None
+        or fresh
+        or (old["fingerprint"], old["seeds"]) != (new["fingerprint"], new["seeds"])
+    ):
+        return new
+    hosts = hosts_of(old)
+    for run in old["runs"]:
+        run.setdefault("machine", hosts[0]["machine"])
+    keep = [h for h in hosts if _host_key(h) != _host_key(host)]
+    kept = {h["machine"] for h in keep}
+    runs = [r for r in old["runs"] if r["machine"] in kept and r["machine"] != host["machine"]]
+    return new | {"hosts": [*keep, host], "runs": [*runs, *new["runs"]]}
+
+
 def write_table(result: dict) -> str:
     runs = [run for c in result["chapters"].values() for run in c["runs"]]
     where = sorted(
         {
-            (c["machine"], c["date"], ", ".join(f"{p} ({k})" for p, k in c["paths"].items()))
+            (h["machine"], h["date"], ", ".join(f"{p} ({k})" for p, k in h["paths"].items()))
             for c in result["chapters"].values()
+            for h in hosts_of(c)
         }
     )
     lines = [
@@ -254,7 +295,11 @@ def write_table(result: dict) -> str:
             f"{'ok' if r['room'] else '**NO**'} |"
         )
     errors = [(run["chapter"], run["seed"], run["path"], e) for run in runs for e in run["errors"]]
-    lines += ["", f"Runs: {len(runs)}; cell errors: {len(errors)}."]
+    lines += ["", f"Runs: {len(runs)}; cell errors: {len(errors)}. Machines per chapter:", ""]
+    for chapter, c in result["chapters"].items():
+        names = "; ".join(f"{h['machine']}, native {h['paths']['native']}" for h in hosts_of(c))
+        lines.append(f"- {chapter[:2]}: {len(c['runs'])} runs on {len(hosts_of(c))}: {names}")
+    lines.append("")
     lines += [f"- {c} seed {s} on {p}: cell {e['cell']}: {e['error']}" for c, s, p, e in errors]
     seconds = {}
     for run in runs:
@@ -270,6 +315,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", default=list(CHAPTERS))
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument(
+        "--fresh", action="store_true", help="drop other machines' runs of these chapters"
+    )
     args = parser.parse_args()
     from _report import machine
 
@@ -300,15 +348,20 @@ def main() -> None:
     # Chapters not re-run keep their record; each carries the fingerprint of what it ran.
     old = json.loads(RESULT.read_text()) if RESULT.exists() else {"chapters": {}}
     chapters = {c: v for c, v in old["chapters"].items() if c in CHAPTERS}
+    host = {
+        "machine": machine(),
+        "date": str(dt.date.today()),
+        "paths": {p: capability(p) for p in CPU_PATHS},
+    }
     for chapter in args.chapters:
-        chapters[chapter] = {
+        new = {
             "fingerprint": prints[chapter],
             "seeds": [CHAPTERS[chapter][0] + r * CHAPTERS[chapter][1] for r in range(SEEDS)],
-            "paths": {p: capability(p) for p in CPU_PATHS},
-            "machine": machine(),
-            "date": str(dt.date.today()),
+            "paths": sorted(CPU_PATHS),
+            "hosts": [host],
             "runs": [r for r in runs if r["chapter"] == chapter],
         }
+        chapters[chapter] = merge_record(chapters.get(chapter), new, args.fresh)
     everything = [run for c in chapters.values() for run in c["runs"]]
     result = {
         "seeds": SEEDS,

@@ -82,12 +82,43 @@ def test_the_sweep_ran_the_code_in_the_repository(chapter):
         f"{chapter}'s code, the package or torch changed since the sweep ran: re-run "
         f"`python benchmarks/sweep.py {chapter}` (a few minutes a chapter on 2 cores)"
     )
-    assert len(record["runs"]) == sweep.SEEDS * len(record["paths"])
-    assert {(r["seed"], r["path"]) for r in record["runs"]} == {
-        (s, p) for s in record["seeds"] for p in record["paths"]
-    }
+    hosts = sweep.hosts_of(record)
+    assert hosts and all(set(h["paths"]) == set(record["paths"]) for h in hosts)
+    assert len(record["runs"]) == sweep.SEEDS * len(record["paths"]) * len(hosts)
+    for host in hosts:  # every machine ran every seed on every path, once
+        mine = [r for r in record["runs"] if r.get("machine", host["machine"]) == host["machine"]]
+        assert sorted((r["seed"], r["path"]) for r in mine) == sorted(
+            (s, p) for s in record["seeds"] for p in record["paths"]
+        ), (chapter, host["machine"])
     for run in record["runs"]:
         assert run["claims"], f"{chapter} seed {run['seed']} on {run['path']}: no claims"
+
+
+def test_a_sweep_on_a_second_machine_adds_its_runs_and_a_rerun_replaces_them():
+    """Runs are merged across machines only while the code is the one they ran."""
+
+    def record(machine, native, fp="f", value=1.0):
+        host = {"machine": machine, "date": "d", "paths": {"declared": "AVX2", "native": native}}
+        run = {"seed": 0, "path": "native", "claims": [{"name": "x", "min": value}]}
+        return {"fingerprint": fp, "seeds": [0], "paths": ["declared", "native"],
+                "hosts": [host], "runs": [run]}  # fmt: skip
+
+    amd = sweep.merge_record(None, record("AMD", "AVX2"))
+    both = sweep.merge_record(amd, record("Intel", "AVX512", value=2.0))
+    assert [h["machine"] for h in both["hosts"]] == ["AMD", "Intel"]
+    assert [r["machine"] for r in both["runs"]] == ["AMD", "Intel"]
+    again = sweep.merge_record(both, record("Intel", "AVX512", value=3.0))  # replaces its own
+    assert [(r["machine"], r["claims"][0]["min"]) for r in again["runs"]] == [
+        ("AMD", 1.0),
+        ("Intel", 3.0),
+    ]
+    changed = sweep.merge_record(both, record("Intel", "AVX512", fp="g"))
+    assert [h["machine"] for h in changed["hosts"]] == ["Intel"]
+    fresh = sweep.merge_record(both, record("Intel", "AVX512"), fresh=True)
+    assert len(fresh["runs"]) == 1
+    legacy = {k: v for k, v in amd.items() if k != "hosts"} | amd["hosts"][0]
+    legacy["runs"] = [{k: v for k, v in r.items() if k != "machine"} for r in amd["runs"]]
+    assert len(sweep.merge_record(legacy, record("Intel", "AVX512"))["hosts"]) == 2
 
 
 def test_every_run_of_the_sweep_ran_clean_and_every_claim_has_room():
