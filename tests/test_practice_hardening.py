@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from attnbook import practice
-from attnbook.practice import check
+from attnbook.practice import _runner, check
 
 
 def _backward(q, k, v, out, lse, d_out):  # by hand: no autograd needed
@@ -252,3 +252,62 @@ def test_a_changed_default_dtype_does_not_outlive_the_call():
 
     check("attention", sets_float64)
     assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()
+
+
+# --- a relation every failing result shares with the reference, named without a mistake ----
+
+
+def _scores_transposed(q, k):
+    return k @ q.transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+def _scores_plus_half(q, k):
+    return q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + 0.5
+
+
+def _attention_unnormalised(q, k, v):
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return (s - s.amax(-1, keepdim=True)).exp() @ v  # the softmax's sum never divided
+
+
+def _attention_half_scores(q, k, v):
+    s = (q.half() @ k.half().transpose(-1, -2)).to(q.dtype) / math.sqrt(q.shape[-1])
+    return s.softmax(-1) @ v
+
+
+def _merge_heads_in_wrong_order(x):
+    return x.flip(1).transpose(1, 2).flatten(-2)  # heads reversed: same numbers, elsewhere
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "kind", "words"),
+    [
+        ("scaled_scores", _scores_plus_half, "offset", "plus one constant"),
+        ("attention", _attention_unnormalised, "row_scale", "factor of its own"),
+        ("attention", _attention_half_scores, "precision", "16-bit"),
+        ("merge_heads", _merge_heads_in_wrong_order, "rearranged", "in other places"),
+    ],
+)
+def test_an_uncatalogued_mistake_gets_the_relation_its_numbers_show(name, fn, kind, words):
+    """Before these, each got only the exercise's generic hint (or "right only on the
+    edge cases"); the observation must be true of the numbers and name no mistake."""
+    result = check(name, fn)
+    assert result.status == "wrong" and result.mistake is None
+    assert result.kind == kind and words in result.message, result.message
+
+
+def test_a_catalogued_transpose_keeps_its_name():
+    assert check("scaled_scores", _scores_transposed).mistake == "transposed"
+
+
+def test_the_relations_are_observations_that_can_fail():
+    """Each relation is tested on numbers that have it and numbers that do not."""
+    e = torch.arange(1.0, 13.0).reshape(3, 4)
+    r = 1e-4
+    assert _runner._structure([(e, e + 2.0, r)])[0] == "offset"
+    assert _runner._structure([(e, e * torch.tensor([[1.0], [2.0], [3.0]]), r)])[0] == "row_scale"
+    assert _runner._structure([(e, e.flip(0), r)])[0] == "rearranged"
+    square = torch.randn(4, 4, generator=torch.Generator().manual_seed(0))
+    assert _runner._structure([(square, square.mT, r)])[0] == "transposed"
+    assert _runner._structure([(e, e * 1.5, r)]) is None  # one factor: not per row (nor close)
+    assert _runner._structure([(e, e + torch.randn(3, 4) * 0.5, r)]) is None

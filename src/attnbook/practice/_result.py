@@ -50,8 +50,9 @@ class Result:
             ``"exception"``, ``"not_implemented"``, ``"view"``, ``"signature"``,
             ``"some_cases"`` (fails only on some cases), ``"shape"``, ``"dtype"``,
             ``"type"``, ``"nan"``, ``"mutated"``, ``"factor"`` (one constant ratio),
-            ``"generic"`` (only the exercise's own hint); ``"stub"`` for a stub, ``""``
-            when correct.
+            ``"transposed"``, ``"offset"``, ``"row_scale"``, ``"rearranged"``, ``"precision"``
+            (a relation every failing result has with the reference), ``"generic"`` (only
+            the exercise's own hint); ``"stub"`` for a stub, ``""`` when correct.
 
     ``bool(result)`` is True only for status ``"correct"``, so ``assert check(name, fn)``
     fails on a wrong answer and on an untouched stub (whose ``passed`` is True only so that

@@ -171,6 +171,105 @@ def _constant_factor(exercise: Exercise, outcomes: list[Outcome | None]) -> floa
     return first if all(abs(r - first) <= 1e-3 * abs(first) for r in ratios) else None
 
 
+def _failing_pairs(
+    exercise: Exercise, outcomes: list[Outcome | None], failures: list[Failure | None]
+) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
+    """(reference, result, relative tolerance of the dtype) float tensor pairs of equal
+    shape that differ, on every failing case that returned; empty when one of them has no
+    such pair (another shape, a count)."""
+    pairs = []
+    for (_, expected), outcome, failure in zip(
+        _prepared(exercise), outcomes, failures, strict=True
+    ):
+        if failure is None:
+            continue
+        if outcome is None or outcome.timed_out:
+            return []
+        if outcome.error is not None:
+            continue  # a case that raises is its own symptom (listed per case)
+        got = outcome.value
+        es = expected if isinstance(expected, tuple) else (expected,)
+        gs = tuple(got) if isinstance(got, tuple | list) else (got,)
+        if len(es) != len(gs):
+            return []
+        found = [
+            (e.double(), g.detach().double(), 2e-2 if e.dtype.itemsize <= 2 else 1e-4)
+            for e, g in zip(es, gs, strict=True)
+            if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor)
+            and e.is_floating_point() and g.is_floating_point() and e.shape == g.shape
+            and e.numel() > 1 and torch.isfinite(e).all() and torch.isfinite(g).all()
+            and difference(e, g) is not None
+        ]  # fmt: skip
+        if not found:
+            return []
+        pairs.extend(found)
+    return pairs
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rtol: float) -> bool:
+    return bool(torch.allclose(a, b, rtol=rtol, atol=rtol / 10))
+
+
+def _structure(pairs: list[tuple[torch.Tensor, torch.Tensor, float]]) -> tuple[str, str] | None:
+    """What every failing result has in common with its reference, when one relation holds
+    on all of them: an observation about the numbers, never a named mistake."""
+    if not pairs:
+        return None
+    if all(e.ndim >= 2 and e.shape[-1] == e.shape[-2] and _close(g, e.mT, r) for e, g, r in pairs):
+        return "transposed", (
+            "Your result is the reference's transpose (last two dims swapped) on every failing "
+            "case: a .transpose(-2, -1) or .mT is on the wrong operand, or missing."
+        )
+    offsets = [((g - e).flatten(), r) for e, g, r in pairs]
+    if all(_close(o, o[0].expand_as(o), r) for o, r in offsets):
+        return "offset", (
+            f"Your numbers are the reference's plus one constant on each failing case "
+            f"({offsets[0][0][0].item():+.4g} on the first): a term added or subtracted once, "
+            "which a softmax or a normalisation would have cancelled, is out of place."
+        )
+
+    def factors(e: torch.Tensor, g: torch.Tensor, rtol: float) -> torch.Tensor | None:
+        """One factor per row of the last dim (result = factor * reference), or None."""
+        if e.ndim < 1 or e.shape[-1] < 2:
+            return None
+        e, g = e.reshape(-1, e.shape[-1]), g.reshape(-1, g.shape[-1])  # (rows, n)
+        big = e.abs() > 1e-6 * e.abs().max().clamp_min(1e-300)
+        out = []
+        for row_e, row_g, keep in zip(e, g, big, strict=True):
+            if not _close(row_g[~keep], torch.zeros_like(row_g[~keep]), rtol):
+                return None
+            if keep.any():
+                r = row_g[keep] / row_e[keep]
+                if not torch.allclose(r, r[:1].expand_as(r), rtol=rtol):
+                    return None
+                out.append(r[0])
+        return torch.stack(out) if out else None
+
+    found = [(factors(e, g, r), r) for e, g, r in pairs]
+    if all(f is not None for f, _ in found):
+        together = torch.cat([f for f, _ in found])  # type: ignore[misc]
+        if not torch.allclose(together, together[:1].expand_as(together), rtol=found[0][1]):
+            return "row_scale", (
+                "Each row of your result is the reference's row times a factor of its own "
+                "(the factors differ from row to row): a per-row normalisation (a softmax's "
+                "sum, a row's length or count) is missing, doubled or taken over the wrong dim."
+            )
+    if all(_close(g.flatten().sort().values, e.flatten().sort().values, r) for e, g, r in pairs):
+        return "rearranged", (
+            "Your result holds exactly the reference's numbers, in other places: an axis "
+            "order, a reshape that splits the wrong dim, or heads, groups or positions taken "
+            "in the wrong order."
+        )
+    worst = max(((g - e).abs().max() / e.abs().max().clamp_min(1e-12)).item() for e, g, _ in pairs)
+    if worst < 1e-2:
+        return "precision", (
+            f"Close, but not within tolerance: at most {worst:.1e} of the largest value off. "
+            "Look for a step done in 16-bit precision, a constant rounded by hand (0.125 for "
+            "1/8 is fine, 0.33 for 1/3 is not) or an epsilon added where the reference has none."
+        )
+    return None
+
+
 def _summary(exercise: Exercise) -> str:
     kinds = [case.kind for case in exercise.cases]
     edges = "; ".join(
@@ -364,6 +463,10 @@ def _kind_hint(
             f"is missing, extra or inverted. Which part of the formula is worth {factor:.4g} "
             f"(or {1 / factor:.4g}) on these cases?"
         )
+    shape = _structure(_failing_pairs(exercise, outcomes or [], failures)) if outcomes else None
+    if shape is not None:
+        also = f" It is right on {_labels(exercise, passing)}." if passing else ""
+        return shape[0], f"{shape[1]}{also} {exercise.hint}"
     if passing and len(passing) < len(failing):
         return "some_cases", (
             f"It is right only on {_labels(exercise, passing)}, and wrong on the other "
