@@ -246,14 +246,18 @@ def _structure(pairs: list[tuple[torch.Tensor, torch.Tensor, float]]) -> tuple[s
         return torch.stack(out) if out else None
 
     found = [(factors(e, g, r), r) for e, g, r in pairs]
-    if all(f is not None for f, _ in found):
-        together = torch.cat([f for f, _ in found])  # type: ignore[misc]
-        if not torch.allclose(together, together[:1].expand_as(together), rtol=found[0][1]):
-            return "row_scale", (
-                "Each row of your result is the reference's row times a factor of its own "
-                "(the factors differ from row to row): a per-row normalisation (a softmax's "
-                "sum, a row's length or count) is missing, doubled or taken over the wrong dim."
-            )
+    # Rows of one case with factors of their own: one factor per case that changes from case
+    # to case is a wrong constant (a scale), not a missing normalisation.
+    per_row = all(f is not None for f, _ in found) and any(
+        not torch.allclose(f, f[:1].expand_as(f), rtol=r)  # type: ignore[union-attr]
+        for f, r in found
+    )
+    if per_row:
+        return "row_scale", (
+            "Each row of your result is the reference's row times a factor of its own "
+            "(the factors differ from row to row): a per-row normalisation (a softmax's "
+            "sum, a row's length or count) is missing, doubled or taken over the wrong dim."
+        )
     if all(_close(g.flatten().sort().values, e.flatten().sort().values, r) for e, g, r in pairs):
         return "rearranged", (
             "Your result holds exactly the reference's numbers, in other places: an axis "
