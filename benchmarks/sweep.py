@@ -305,7 +305,9 @@ def write_table(result: dict) -> str:
     for run in runs:
         seconds.setdefault(run["chapter"], []).append(run["seconds"])
     lines += ["", "Seconds per run (min / median / max, two runs at once on 2 cores):", ""]
-    lines += [f"- {c}: {min(s)} / {statistics.median(s)} / {max(s)}" for c, s in seconds.items()]
+    lines += [
+        f"- {c}: {min(s):.1f} / {statistics.median(s):.1f} / {max(s):.1f}" for c, s in seconds.items()
+    ]
     text = "\n".join(lines) + "\n"
     TABLE.write_text(text)
     return text

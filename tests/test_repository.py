@@ -119,6 +119,7 @@ def test_chapter_follows_the_pattern(md):
 
 README = (ROOT / "README.md").read_text()
 IGNORE_OUTPUT = "nbval-ignore-output"
+VOLATILE = "volatile-output"
 
 
 def test_only_training_chapters_tag_cells_and_the_readme_counts_them():
@@ -147,6 +148,18 @@ def test_only_training_chapters_tag_cells_and_the_readme_counts_them():
         tagged.add(md.stem)
         assert md.stem[:2] in swept, f"{md.name} tags cells but has no claims in the sweep"
         assert all(c.cell_type == "code" for c in marked), f"{md.name}: a tagged markdown cell"
+        # The reason stands beside each tag, in the cell's metadata (not its code, which the
+        # sweep's fingerprint hashes): what the cell prints that moves with the CPU path.
+        unexplained = [
+            i
+            for i, c in enumerate(cells)
+            if (IGNORE_OUTPUT in c.metadata.get("tags", []))
+            != (len(str(c.metadata.get(VOLATILE, "")).split()) >= 5)
+        ]
+        assert not unexplained, (
+            f"{md.name} cells {unexplained}: a tag needs its reason in '{VOLATILE}' metadata "
+            "(five words or more), and only a tagged cell carries one"
+        )
         row = re.search(rf"^\| tag `{IGNORE_OUTPUT}`, ([^|]+)\| `{md.stem}`", README, re.M)
         assert row, f"README's marker table does not list {md.stem}"
         count = "1 cell" if len(marked) == 1 else f"{len(marked)} cells"
