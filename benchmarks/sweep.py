@@ -306,7 +306,8 @@ def write_table(result: dict) -> str:
         seconds.setdefault(run["chapter"], []).append(run["seconds"])
     lines += ["", "Seconds per run (min / median / max, two runs at once on 2 cores):", ""]
     lines += [
-        f"- {c}: {min(s):.1f} / {statistics.median(s):.1f} / {max(s):.1f}" for c, s in seconds.items()
+        f"- {c}: {min(s):.1f} / {statistics.median(s):.1f} / {max(s):.1f}"
+        for c, s in seconds.items()
     ]
     text = "\n".join(lines) + "\n"
     TABLE.write_text(text)

@@ -521,7 +521,7 @@ PLANTED = {
     "masked_attention": {
         "mask_after_softmax": lambda q, k, v, m: _masked(q, k, v, m, after=True),
         "nan_on_fully_masked": lambda q, k, v, m: _masked(q, k, v, m, guard=False),
-        "fill_finite_minimum": lambda q, k, v, m: _masked(q, k, v, m, torch.finfo(q.dtype).min),
+        "empty_row_reads_average": lambda q, k, v, m: _masked(q, k, v, m, torch.finfo(q.dtype).min),
         "inverted": lambda q, k, v, m: _masked(q, k, v, m, invert=True),
         "added_as_numbers": lambda q, k, v, m: torch.softmax(
             q @ k.mT / math.sqrt(q.shape[-1]) + m, -1) @ v,
@@ -533,9 +533,12 @@ PLANTED = {
             v.repeat(1, q.shape[1] // k.shape[1], 1, 1)),
         "first_kv_head_only": lambda q, k, v: F.scaled_dot_product_attention(
             q, k[:, :1].expand(-1, q.shape[1], -1, -1), v[:, :1].expand(-1, q.shape[1], -1, -1)),
-        "repeat_on_token_axis": lambda q, k, v: F.scaled_dot_product_attention(
+        "kv_heads_not_expanded": lambda q, k, v: F.scaled_dot_product_attention(
             q, k.repeat_interleave(q.shape[1] // k.shape[1], 2),
             v.repeat_interleave(q.shape[1] // k.shape[1], 2)),
+        "group_size_inverted": lambda q, k, v: F.scaled_dot_product_attention(
+            q, k.repeat_interleave(k.shape[1] // q.shape[1], 1),
+            v.repeat_interleave(k.shape[1] // q.shape[1], 1)),
     },
     "decode_step": {
         "position_zero": lambda *a: _decode(*a, off=-10**6),

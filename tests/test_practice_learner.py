@@ -282,6 +282,10 @@ def gqa_ratio_inverted(q, k, v):
     return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1))
 
 
+def gqa_never_expanded(q, k, v):  # broadcasts only when Hkv is 1 or Hq
+    return F.scaled_dot_product_attention(q, k, v)
+
+
 def decode_last_position(q, k, v, cache_k, cache_v):
     pos = torch.tensor([max(cache_k.shape[2] - 1, 0)])
     from attnbook.rope import apply_rope
@@ -379,9 +383,10 @@ WRONG = [  # (exercise, function, the catalogued mistake it is, or None)
     ("merge", merge_plain_sum, "no_rescale"),
     ("masked_attention", masked_mha_convention, "inverted"),
     ("masked_attention", masked_renormalised, "nan_on_fully_masked"),
-    ("masked_attention", masked_minus_1e4, "fill_finite_minimum"),
+    ("masked_attention", masked_minus_1e4, "empty_row_reads_average"),
     ("gqa_attention", gqa_tile, "repeat_not_interleave"),
-    ("gqa_attention", gqa_ratio_inverted, None),
+    ("gqa_attention", gqa_ratio_inverted, "group_size_inverted"),
+    ("gqa_attention", gqa_never_expanded, "kv_heads_not_expanded"),
     ("decode_step", decode_last_position, "position_of_last_cached"),
     ("decode_step", decode_forgets_cache, "cache_not_appended"),
     ("decode_step", decode_fp16_angles, None),

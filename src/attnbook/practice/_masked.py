@@ -161,11 +161,13 @@ MASKED_ATTENTION = Exercise(
                 "torch.nan_to_num or a where() after the softmax fixes only that row.",
                 "ch-masking, the empty row; SDPA's NaN on fully masked rows",
                 lambda q, k, v, mask: _masked_with(q, k, v, mask, zero_rows=False)),
-        Mistake("fill_finite_minimum", "masked scores are filled with a large finite number "
-                "(torch.finfo(dtype).min, -1e9); a fully masked row then gets equal weights "
-                "on every forbidden key and reads their average instead of nothing.",
-                "Any finite fill leaves a fully masked row a proper softmax over forbidden "
-                "keys. Use -inf and handle the empty row, or zero such rows afterwards.",
+        Mistake("empty_row_reads_average", "a fully masked row gets equal weights on every "
+                "key and reads the average of all values instead of nothing: what a large "
+                "finite fill (torch.finfo(dtype).min, -1e9) gives, and what a uniform "
+                "fallback for empty rows gives.",
+                "A query with no allowed key reads nothing (a zero row, chapter 4). A finite "
+                "fill, or a uniform fallback, leaves it a proper softmax over forbidden keys. "
+                "Use -inf and zero such rows afterwards.",
                 "Hugging Face models fill with finfo.min; ch-masking, the empty row",
                 lambda q, k, v, mask: _masked_with(q, k, v, mask, fill=-1e300),
                 (lambda q, k, v, mask: _fill_native(q, k, v, mask, None),
@@ -220,6 +222,17 @@ def _gqa_token_axis(q, k, v):  # repeats along the tokens: fine for MQA, an erro
     return _attend(q, k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2))
 
 
+def _gqa_inverted_group(q, k, v):  # Hkv // Hq: 0 groups unless the head counts are equal
+    g = k.shape[1] // q.shape[1]
+    return _attend(q, k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1))
+
+
+def _gqa_inverted_group_sdpa(q, k, v):  # SDPA reads zero kv heads as zeros, not an error
+    g = k.shape[1] // q.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
 def _gqa(b, hq, hkv, tq, tk, dk, dv, *, seed, dtype=torch.float64):
     return lambda: {
         "q": randn(b, hq, tq, dk, seed=seed, dtype=dtype),
@@ -271,10 +284,19 @@ GQA_ATTENTION = Exercise(
         Mistake("first_kv_head_only", "every query head reads key/value head 0.",
                 "There are Hkv distinct key/value heads; each serves its own group.",
                 "ch-multihead", lambda q, k, v: _attend(q, k[:, :1], v[:, :1])),
-        Mistake("repeat_on_token_axis", "the keys and values are repeated along the token "
-                "axis (dim 2) instead of the head axis, which only works with one kv head.",
-                "Which axis of k (B, Hkv, Tk, dk) holds the heads?", "ch-multihead",
-                _gqa_token_axis),
+        Mistake("kv_heads_not_expanded", "the key/value heads are not expanded along the "
+                "head axis (dim 1): left as they are, or repeated along the token axis (dim "
+                "2). The shapes then broadcast only with one kv head or as many as query "
+                "heads, and the product fails otherwise.",
+                "Which axis of k (B, Hkv, Tk, dk) holds the heads, and how many query heads "
+                "must each kv head serve?", "ch-multihead",
+                _gqa_token_axis, (_attend,)),
+        Mistake("group_size_inverted", "the group size is computed as Hkv // Hq instead of "
+                "Hq // Hkv: it is 0 whenever there are fewer kv heads than query heads, so "
+                "the expanded k and v have no heads at all.",
+                "The group size is the number of query heads per key/value head: with 8 "
+                "query heads and 2 kv heads, 4.", "ch-multihead, MQA/GQA",
+                _gqa_inverted_group, (_gqa_inverted_group_sdpa,)),
     ),
 )  # fmt: skip
 
