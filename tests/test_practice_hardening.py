@@ -279,10 +279,37 @@ def _merge_heads_in_wrong_order(x):
     return x.flip(1).transpose(1, 2).flatten(-2)  # heads reversed: same numbers, elsewhere
 
 
+def _solution(name):
+    from attnbook.practice import _REGISTRY
+
+    return _REGISTRY[name].solution
+
+
+def _backward_sign_flipped(*args):
+    return tuple(-g for g in _solution("attention_backward")(*args))
+
+
+def _merge_l_first(a, b):
+    m, total, u = _solution("merge")(a, b)
+    return total, m, u
+
+
+def _kv_bytes_plus_one(**c):
+    return _solution("kv_cache_bytes")(**c) + 1
+
+
+def _flops_minus_one(**s):
+    return _solution("attention_flops")(**s) - 1
+
+
 @pytest.mark.parametrize(
     ("name", "fn", "kind", "words"),
     [
         ("scaled_scores", _scores_plus_half, "offset", "plus one constant"),
+        ("attention_backward", _backward_sign_flipped, "factor", "opposite sign"),
+        ("merge", _merge_l_first, "order", "you return (l, m, u); the contract is (m, l, u)"),
+        ("kv_cache_bytes", _kv_bytes_plus_one, "count_offset", "reference's +1"),
+        ("attention_flops", _flops_minus_one, "count_offset", "reference's -1"),
         ("attention", _attention_unnormalised, "row_scale", "factor of its own"),
         ("attention", _attention_half_scores, "precision", "16-bit"),
         ("merge_heads", _merge_heads_in_wrong_order, "rearranged", "in other places"),

@@ -11,6 +11,7 @@ constant ratio, failures on some cases only).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -134,6 +135,11 @@ def _failure(exercise: Exercise, outcome: Outcome | None, expected: Any) -> Fail
 
 
 def _ratios(expected: Any, got: Any) -> list[float] | None:
+    if isinstance(expected, tuple):  # every output of a tuple answer, together
+        if not isinstance(got, tuple | list) or len(got) != len(expected):
+            return None
+        parts = [_ratios(e, g) for e, g in zip(expected, got, strict=True)]
+        return None if any(p is None for p in parts) else [r for p in parts for r in p]  # type: ignore[union-attr]
     if isinstance(expected, int):
         value, _ = as_count(got)
         r = ratio(value, expected) if value is not None and expected else None
@@ -151,6 +157,29 @@ def _ratios(expected: Any, got: Any) -> list[float] | None:
             return (g[big] / e[big]).tolist()
         return []
     return None
+
+
+def _digits(x: float) -> str:
+    """x with enough significant digits that a value near 1 does not print as 1."""
+    near = abs(abs(x) - 1)
+    digits = 4 if near >= 1e-3 or near == 0 else 4 + math.ceil(-math.log10(near))
+    return f"{x:.{min(digits, 15)}g}"
+
+
+def _count_step(exercise: Exercise, outcomes: list[Outcome | None]) -> int | None:
+    """For a count exercise: the one nonzero difference (reader - reference) every case has,
+    if there is one (an off-by-one), else None."""
+    steps = set()
+    for (_, expected), outcome in zip(_prepared(exercise), outcomes, strict=True):
+        if not isinstance(expected, int) or outcome is None or outcome.error is not None:
+            return None
+        if outcome.timed_out:
+            return None
+        value, _ = as_count(outcome.value)
+        if not isinstance(value, int):
+            return None
+        steps.add(value - expected)
+    return steps.pop() if len(steps) == 1 and 0 not in steps else None
 
 
 def _constant_factor(exercise: Exercise, outcomes: list[Outcome | None]) -> float | None:
@@ -225,7 +254,7 @@ def _structure(pairs: list[tuple[torch.Tensor, torch.Tensor, float]]) -> tuple[s
         return "offset", (
             f"Your numbers are the reference's plus one constant on each failing case "
             f"({offsets[0][0][0].item():+.4g} on the first): a term added or subtracted once, "
-            "which a softmax or a normalisation would have cancelled, is out of place."
+            "is out of place (a shift the reference does not make, or one made twice)."
         )
 
     def factors(e: torch.Tensor, g: torch.Tensor, rtol: float) -> torch.Tensor | None:
@@ -336,6 +365,31 @@ def _labels(exercise: Exercise, indices: list[int]) -> str:
 _VIEW_WORDS = ("view size is not compatible", "use .reshape", "not contiguous")
 
 
+def _outputs_in_another_order(
+    exercise: Exercise, outcomes: list[Outcome | None]
+) -> tuple[str, ...] | None:
+    """For a tuple answer: the order of the reference's output names in which the reader's
+    outputs agree with the reference on every case, when it is not the contract's order."""
+    names = exercise.output_names
+    if not names or len(names) > 4:
+        return None
+    rows = list(zip(_prepared(exercise), outcomes, strict=True))
+    if any(o is None or o.error is not None or o.timed_out for _, o in rows):
+        return None
+    if any(not isinstance(o.value, tuple | list) or len(o.value) != len(names) for _, o in rows):  # type: ignore[union-attr]
+        return None
+    for order in itertools.permutations(range(len(names))):
+        if order == tuple(range(len(names))):
+            continue
+        if all(
+            difference(expected[j], outcome.value[i]) is None  # type: ignore[union-attr]
+            for (_, expected), outcome in rows
+            for i, j in enumerate(order)
+        ):
+            return tuple(names[j] for j in order)
+    return None
+
+
 def _parts_right_everywhere(exercise: Exercise, outcomes: list[Outcome | None]) -> list[str]:
     """For a tuple answer: the outputs that agree with the reference on every case (empty
     when the answer is not a tuple of the right length on every case, or none agree)."""
@@ -407,6 +461,12 @@ def _kind_hint(
             "Run your function on the hand case yourself and read the traceback; "
             f"describe({exercise.name!r}) gives the shapes of every input."
         )
+    order = _outputs_in_another_order(exercise, outcomes) if outcomes else None
+    if order is not None:
+        return "order", (
+            f"Every output is right, in the wrong order: you return ({', '.join(order)}); the "
+            f"contract is ({', '.join(exercise.output_names)})."
+        )
     if "shape" in kinds:
         shape = next(f for f in failures if f is not None and f.kind == "shape")
         return "shape", (
@@ -461,11 +521,30 @@ def _kind_hint(
             "with the reference on every case, so look at the step that makes "
             f"{' and '.join(wrong_parts)} alone. {exercise.hint}"
         )
+    step = _count_step(exercise, outcomes) if outcomes else None
+    if step is not None:
+        return "count_offset", (
+            f"On every case your count is the reference's {step:+d}: the shape of the formula "
+            "is right and a term is added or dropped once (a fencepost: counting positions "
+            f"or boundaries instead of items, a range that starts at 1). {exercise.hint}"
+        )
     if factor is not None:
+        if abs(factor - 1) < 1e-2:  # print enough digits that it does not read as 1
+            return "factor", (
+                f"On every case your numbers are the reference's times {_digits(factor)}, "
+                f"{abs(factor - 1):.1e} off: a constant rounded by hand or an epsilon added "
+                "where the reference has none, not a missing factor."
+            )
+        if abs(factor + 1) < 1e-9:
+            return "factor", (
+                "On every case your numbers are the reference's with the opposite sign: one "
+                "sign is flipped (a difference taken the other way round, a minus dropped or "
+                "doubled)."
+            )
         return "factor", (
-            f"On every case your numbers are {factor:.4g} times the reference's: one factor "
-            f"is missing, extra or inverted. Which part of the formula is worth {factor:.4g} "
-            f"(or {1 / factor:.4g}) on these cases?"
+            f"On every case your numbers are {_digits(factor)} times the reference's: one "
+            "factor is missing, extra or inverted. Which part of the formula is worth "
+            f"{_digits(factor)} (or {_digits(1 / factor)}) on these cases?"
         )
     shape = _structure(_failing_pairs(exercise, outcomes or [], failures)) if outcomes else None
     if shape is not None:
