@@ -401,6 +401,13 @@ def _decode(q, k, v, ck, cv, off=0, rq=True, rk=True, append=True, read_new=True
     return (out, keys, values) if append else (out, ck, cv)
 
 
+def _decode_interleaved(q, k, v, ck, cv):  # adjacent pairs for the new token only
+    at = torch.tensor([ck.shape[-2]])
+    qq, kk = (attnbook.rope.apply_rope(x, at, layout="interleaved") for x in (q, k))
+    keys, values = torch.cat([ck, kk], -2), torch.cat([cv, v], -2)
+    return attnbook.attention.attention(qq, keys, values), keys, values
+
+
 def _bwd(q, k, v, out, lse, d_out, row=True, total=False, scale_s=True, use_lse=True, sg=True):
     c = 1 / math.sqrt(q.shape[-1])
     s = q @ k.mT * (c if scale_s else 1)
@@ -549,6 +556,7 @@ PLANTED = {
         "key_not_rotated": lambda *a: _decode(*a, rk=False),
         "query_not_rotated": lambda *a: _decode(*a, rq=False),
         "cache_rotated_again": lambda *a: _decode(*a, again=True),
+        "interleaved_layout": lambda q, k, v, ck, cv: _decode_interleaved(q, k, v, ck, cv),
     },
     "attention_backward": {
         "no_row_term": lambda *a: _bwd(*a, row=False),

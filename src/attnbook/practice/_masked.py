@@ -304,15 +304,15 @@ GQA_ATTENTION = Exercise(
 # --- a decoding step with a KV cache and RoPE -------------------------------------------------
 
 
-def _rope_at(x, position):
-    return _apply_rope(x, torch.tensor([position]))
+def _rope_at(x, position, layout="half"):
+    return _apply_rope(x, torch.tensor([position]), layout=layout)
 
 
 def _step(q, k, v, cache_k, cache_v, *, offset=0, rotate_q=True, rotate_k=True,
-          append=True, read_new=True, rerotate=False):  # fmt: skip
+          append=True, read_new=True, rerotate=False, layout="half"):  # fmt: skip
     p = cache_k.shape[-2] + offset
-    qr = _rope_at(q, max(p, 0)) if rotate_q else q
-    kr = _rope_at(k, max(p, 0)) if rotate_k else k
+    qr = _rope_at(q, max(p, 0), layout) if rotate_q else q
+    kr = _rope_at(k, max(p, 0), layout) if rotate_k else k
     keys, values = torch.cat((cache_k, kr), dim=-2), torch.cat((cache_v, v), dim=-2)
     if rerotate:
         keys = _apply_rope(keys, torch.arange(keys.shape[-2]))
@@ -420,5 +420,12 @@ DECODE_STEP = Exercise(
                 "cached keys are turned twice.", "The cached keys already carry their "
                 "rotation; rotate only the new key.", "ch-tiny-gpt; attnbook.kv_cache",
                 lambda *a: _step(*a, rerotate=True)),
+        Mistake("interleaved_layout", "the new query and key are rotated with adjacent pairs "
+                "(2p, 2p + 1; RoFormer's and Meta's layout) while the cache holds keys rotated "
+                "with split halves (p, p + d/2), the layout of attnbook.rope.apply_rope.",
+                "The cache fixes the layout: pair coordinate p with p + d/2, as the keys "
+                "already cached were rotated (chapter 5, the two layouts).",
+                "ch-positions, the two layouts; Hugging Face's permute on conversion",
+                lambda *a: _step(*a, layout="interleaved")),
     ),
 )  # fmt: skip
