@@ -208,7 +208,8 @@ def _serve(site: Path):
     return server, f"http://127.0.0.1:{server.server_port}/"
 
 
-# Before printing: math typeset, exercise answers open, every figure loaded, fonts ready.
+# Before printing: math typeset, exercise answers open, every figure loaded (the light one:
+# each <picture>'s dark source is dropped), fonts ready.
 PREPARE_JS = """async () => {
     localStorage.setItem('mode', 'light');
     document.documentElement.dataset.theme = 'light';
@@ -216,6 +217,7 @@ PREPARE_JS = """async () => {
         await MathJax.startup.promise;
     }
     document.querySelectorAll('details').forEach(d => { d.open = true; });
+    document.querySelectorAll('source.attnbook-dark').forEach(s => s.remove());
     const imgs = [...document.querySelectorAll('article img')];
     imgs.forEach(img => img.removeAttribute('loading'));
     await Promise.all(imgs.map(img => img.complete ? null :

@@ -83,12 +83,16 @@ def browser(site):
 class Visit:
     """One page load with everything that went wrong recorded."""
 
-    def __init__(self, browser, url: str, width: int = DESKTOP, height: int = 900, mode=None):
+    def __init__(
+        self, browser, url: str, width: int = DESKTOP, height: int = 900, mode=None, scheme=None
+    ):
         self.errors: list[str] = []
         self.external: list[str] = []
         self.failed: list[str] = []
         self.responses = []
-        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.context = browser.new_context(  # scheme: the system's (prefers-color-scheme)
+            viewport={"width": width, "height": height}, color_scheme=scheme or "light"
+        )
         if mode:  # the theme reads the reader's choice of light/dark from localStorage
             self.context.add_init_script(f"localStorage.setItem('mode', '{mode}')")
         self.page = self.context.new_page()
@@ -614,6 +618,50 @@ def test_screenshots_for_review(site, browser):
         visit.page.screenshot(path=str(SHOTS / name), full_page=False)
         visit.close()
         assert (SHOTS / name).stat().st_size > 10_000
+
+
+# Each figure as drawn: the file its <picture> chose, whether it loaded.
+DRAWN_FIGURES_JS = """async () => {
+    const figures = [...document.querySelectorAll('article img')]
+        .filter(img => img.src.includes('/_images/'));
+    for (const img of figures) {
+        img.scrollIntoView();
+        if (!img.complete) await new Promise(done => { img.onload = img.onerror = done; });
+    }
+    return figures.map(img => ({file: decodeURIComponent(img.currentSrc.split('/').pop()),
+                                loaded: img.naturalWidth > 0}));
+}"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "scheme"), [("auto", "dark"), ("auto", "light"), ("dark", "light"), ("light", "dark")]
+)
+def test_figures_follow_the_theme(site, browser, mode, scheme):
+    """Every figure is drawn in the rendering of the theme the page shows: the dark one (dark
+    paper, light neutral ink) when it is dark, whether the system's scheme made it dark (auto,
+    the theme's default) or the reader's switch did against the system's. On the default the
+    browser fetches only the rendering it draws."""
+    problems, total = [], 0
+    dark_page = mode == "dark" or (mode == "auto" and scheme == "dark")
+    for path in _chapters():
+        rel = path.relative_to(SITE).as_posix()
+        expected = len(re.findall(r'<source class="attnbook-dark"', path.read_text()))
+        visit = Visit(browser, urljoin(site, rel), mode=mode, scheme=scheme)
+        theme = visit.page.evaluate("() => document.documentElement.dataset.theme")
+        drawn = visit.page.evaluate(DRAWN_FIGURES_JS)
+        dark = [d for d in drawn if d["file"].endswith(".dark.png")]
+        want = len(drawn) if dark_page else 0
+        if theme != ("dark" if dark_page else "light"):
+            problems.append(f"{rel}: the page is {theme}")
+        if len(drawn) != expected or len(dark) != want or not all(d["loaded"] for d in drawn):
+            problems.append(f"{rel} ({mode}, system {scheme}): {expected} figures, drawn {drawn}")
+        drawn_files = {d["file"] for d in drawn}
+        fetched = {unquote(r.url.split("/")[-1]) for r in visit.responses if "/_images/" in r.url}
+        if mode == "auto" and fetched - drawn_files:
+            problems.append(f"{rel} ({mode}, {scheme} system): fetched {fetched - drawn_files}")
+        total += len(drawn)
+        visit.close()
+    assert total > 10 and not problems, "\n".join(problems)
 
 
 def test_search_snippets_show_no_raw_tex_or_page_chrome(site, browser):

@@ -30,6 +30,11 @@
   the icon fonts and the theme's icon rules are cut to the icons the site uses, and the
   theme's stylesheets to the rules whose classes occur in the site; figures are stored as
   256-colour PNGs.
+* Figures in dark mode: each figure also gets a dark rendering (``_dark_figures``), shown
+  instead of the light one when the theme is dark. Only the paper and the neutral ink are
+  recoloured: white turns into the page's dark background, black and grey ink (text, axes,
+  neutral lines) into the text colour, while coloured ink keeps its hue and its place in a
+  colour scale (viridis stays dark-to-bright, so "the bright diagonal" stays true).
 """
 
 from __future__ import annotations
@@ -421,6 +426,148 @@ def _palette_pngs(outdir: Path) -> None:
             path.write_bytes(buffer.getvalue())
 
 
+# The dark theme's page background and text colour (sphinx-book-theme's --pst-color-background
+# and pydata-sphinx-theme's --pst-color-text-base in dark mode).
+DARK_PAPER, DARK_INK = (0x12, 0x12, 0x12), (0xCE, 0xD6, 0xDD)
+NEUTRAL_CHROMA, CHROMA_RAMP = 24.0, 40.0  # ink this grey or greyer counts as neutral
+PAPER_FROM, PAPER_RAMP = 128.0, 64.0  # a coloured pixel lighter than this is partly paper
+GROUND_RADIUS, GROUND_SHARE = 12, 0.55  # neutral ink on coloured ground is left alone
+
+
+def dark_colours(rgb, on_colour=None):
+    """Map colours ``(..., 3)`` (0-255) of a figure drawn on white to its dark rendering.
+
+    Each colour is read as ink of opacity ``a = 1 - min(rgb) / 255`` on white paper, with
+    ink ``(rgb - min(rgb)) / a`` (GIMP's "colour to alpha"). Neutral ink (chroma below
+    ``NEUTRAL_CHROMA``: text, axes, black and grey lines) becomes the dark theme's text
+    colour at that opacity on the dark paper: white turns into the paper, black into the
+    text colour, grey stays a grey. Coloured ink keeps its colour: a colour whose lightest
+    channel is at most ``PAPER_FROM`` (every colour of viridis, every Okabe-Ito colour) is
+    kept exactly, so a heatmap and its colour bar are unchanged; lighter colours lose their
+    white over a ramp of ``PAPER_RAMP``, fully from ``PAPER_FROM + PAPER_RAMP`` on, so a
+    faded line (a quarter of its colour or less) sits on the dark paper without a light
+    halo, while a pixel half covered by a line keeps its light tint. Between neutral and
+    coloured ink the two rules blend over a chroma ramp of ``CHROMA_RAMP``. Where
+    ``on_colour`` (a boolean array of the leading shape) is true, a colour is kept as it is:
+    numbers printed on a heatmap's cells keep their contrast with the cells.
+    """
+    import numpy as np
+
+    rgb = np.asarray(rgb, dtype=np.float32)
+    low = rgb.min(axis=-1, keepdims=True)
+    alpha = (255.0 - low) / 255.0
+    chroma = (rgb.max(axis=-1, keepdims=True) - low) / np.maximum(alpha, 1e-12)
+    paper, ink = np.asarray(DARK_PAPER, np.float32), np.asarray(DARK_INK, np.float32)
+    neutral = alpha * ink + (1 - alpha) * paper
+    white = np.clip((low - PAPER_FROM) / PAPER_RAMP, 0, 1) * low / 255.0  # paper's share
+    coloured = rgb - white * (255.0 - paper)
+    weight = np.clip((chroma - NEUTRAL_CHROMA) / CHROMA_RAMP, 0, 1)
+    if on_colour is not None:
+        weight = np.where(np.asarray(on_colour)[..., None], 1.0, weight)
+        coloured = np.where(np.asarray(on_colour)[..., None], rgb, coloured)
+    out = weight * coloured + (1 - weight) * neutral
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+def coloured_ground(rgb):
+    """Pixels ``(H, W)`` that lie on a coloured area: at least ``GROUND_SHARE`` of the
+    ``(2 GROUND_RADIUS + 1)``-pixel square around them is coloured ink that
+    ``dark_colours`` keeps exactly (a heatmap's cells, a colour bar, a wide bar)."""
+    import numpy as np
+
+    rgb = np.asarray(rgb, dtype=np.float32)
+    low, high = rgb.min(axis=-1), rgb.max(axis=-1)
+    solid = (low <= PAPER_FROM) & (high - low >= NEUTRAL_CHROMA + CHROMA_RAMP)
+    r = GROUND_RADIUS
+    padded = np.pad(solid.astype(np.float32), r + 1)
+    sums = padded.cumsum(0).cumsum(1)
+    h, w = solid.shape
+    k = 2 * r + 1
+    box = sums[k : k + h, k : k + w] - sums[:h, k : k + w] - sums[k : k + h, :w] + sums[:h, :w]
+    return box / k**2 >= GROUND_SHARE
+
+
+def dark_image(image):
+    """The dark rendering of a PIL image of a figure (see ``dark_colours``)."""
+    import numpy as np
+    from PIL import Image
+
+    rgba = np.asarray(image.convert("RGBA"), dtype=np.float32)
+    alpha = rgba[..., 3:] / 255.0
+    on_white = rgba[..., :3] * alpha + 255.0 * (1 - alpha)  # as the light page shows it
+    return Image.fromarray(dark_colours(on_white, coloured_ground(on_white)), "RGB")
+
+
+DARK_SUFFIX = ".dark.png"
+_FIGURE_IMG = re.compile(
+    r'<img (?P<head>[^>]*?)src="(?P<src>(?:\.\./)*_images/[^"/]+?)\.png"'
+    r"(?P<tail>[^>]*?)\s*/?>"
+)
+
+
+DARK_MEDIA = "(prefers-color-scheme: dark)"  # book/_static/attnbook.js follows the theme
+
+
+def _dark_figures(outdir: Path) -> int:
+    """Write ``X.dark.png`` beside each figure ``_images/X.png`` and show it in dark mode.
+
+    Each figure's ``<img>`` is wrapped in a ``<picture>`` whose ``<source
+    class="attnbook-dark">`` names the dark rendering for a dark colour scheme;
+    ``attnbook.js`` points that source at the theme's own choice (the reader's toggle), so
+    the browser fetches one of the two. One ``<img>`` and one alt text per figure; without
+    JavaScript the figure follows the system's scheme. Returns the pages changed."""
+    import io
+
+    from PIL import Image
+
+    for path in (outdir / "_images").glob("*.png"):
+        if path.name.endswith(DARK_SUFFIX):
+            continue
+        target = path.with_name(path.stem + DARK_SUFFIX)
+        if target.exists() and target.stat().st_mtime >= path.stat().st_mtime:
+            continue
+        with Image.open(path) as image:
+            image.load()
+            info = {key: image.info[key] for key in ("dpi",) if key in image.info}
+            dark = dark_image(image)
+        dark = dark.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+        buffer = io.BytesIO()
+        dark.save(buffer, format="PNG", optimize=True, **info)  # 256 colours, as the light
+        target.write_bytes(buffer.getvalue())
+
+    def wrap(match: re.Match) -> str:
+        source = (
+            f'<source class="attnbook-dark" srcset="{match["src"]}{DARK_SUFFIX}" '
+            f'media="{DARK_MEDIA}" />'
+        )
+        return f"<picture>{source}{match[0]}</picture>"
+
+    changed = 0
+    for page in outdir.rglob("*.html"):
+        if "_static" in page.parts:
+            continue
+        text = page.read_text(encoding="utf-8")
+        if 'class="attnbook-dark"' in text:  # done in an earlier build (pages not rewritten)
+            continue
+        new = _FIGURE_IMG.sub(wrap, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            changed += 1
+    return changed
+
+
+_BLOCK_COMMENT = re.compile(r"^[ \t]*/\*.*?\*/[ \t]*\n", re.S | re.M)
+
+
+def _strip_comments(static: Path) -> None:
+    """Ship the book's own script and stylesheet without their comment blocks (those that
+    start a line): every page loads both, and the comments are for their readers here."""
+    for name in ("attnbook.js", "attnbook.css"):
+        path = static / name
+        if path.exists():
+            path.write_text(_BLOCK_COMMENT.sub("", path.read_text(encoding="utf-8")))
+
+
 def _ship_only_what_pages_load(app, exception):
     if exception is not None or app.builder.format != "html":
         return
@@ -432,7 +579,9 @@ def _ship_only_what_pages_load(app, exception):
         path.unlink()
     _trim_icons(Path(app.outdir))
     _purge_unused_css(Path(app.outdir))
+    _strip_comments(static)
     _palette_pngs(Path(app.outdir))
+    _dark_figures(Path(app.outdir))
     _readers_notebooks(Path(app.outdir), Path(app.srcdir))
     link_pdf(Path(app.outdir), Path(app.srcdir))
     _one_viewport_tag(Path(app.outdir))

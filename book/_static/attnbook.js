@@ -98,3 +98,32 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", labelKeys);
   else labelKeys();
 })();
+
+/* Figures in dark mode. Each figure is a <picture> whose <source class="attnbook-dark"> names
+   its dark rendering (book/_ext/attnbook_site.py) for a dark system scheme, so a reader on
+   the theme's default (auto: the system's scheme) gets, and fetches, the one rendering that
+   matches the page. A reader who picked the other scheme in the theme's switch gets the
+   rendering of their pick once the page has loaded (html[data-mode]: light, dark or auto);
+   the browser may have fetched the system's rendering first. Printing is always light. */
+(() => {
+  "use strict";
+  const system = window.matchMedia("(prefers-color-scheme: dark)");
+  let printing = false;
+  function follow() {
+    const mode = document.documentElement.dataset.mode || "auto";
+    const dark = !printing && (mode === "dark" || (mode !== "light" && system.matches));
+    for (const source of document.querySelectorAll("source.attnbook-dark")) {
+      const media = dark ? "all" : "not all";
+      if (source.media !== media) source.media = media;
+    }
+  }
+  new MutationObserver(follow).observe(document.documentElement, {
+    attributes: true,
+    attributeFilter: ["data-mode", "data-theme"],
+  });
+  system.addEventListener("change", follow);
+  window.addEventListener("beforeprint", () => { printing = true; follow(); });
+  window.addEventListener("afterprint", () => { printing = false; follow(); });
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", follow);
+  else follow();
+})();
