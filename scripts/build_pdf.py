@@ -3,10 +3,15 @@
 Offline and TeX-free: each page of `_build/html`, in `_toc.yml` order, is opened in the
 system Chromium (served from 127.0.0.1, every other host unresolvable), printed once MathJax
 has typeset it and its widgets have drawn, with the site's print stylesheet (no navigation,
-code wrapped instead of cut, exercise answers opened); pypdf then joins the pages into
+code wrapped instead of cut); pypdf then joins the pages into
 `_build/html/attention-and-transformers.pdf` with one bookmark per page, so the site links
 to it and it is published with the site. A widget prints as the picture its default settings
 draw; the chapters' figures are the same PNGs the pages show.
+
+Answers: a reader of paper should try an exercise before seeing its answer, so the PDF moves
+every answer (each "Answer" dropdown, with the folded code cell that computes it just
+before it) into an appendix, "Answers to the exercises", printed after the last chapter.
+Where an answer stood, the chapter has a link to it; each answer links back to its exercise.
 
 Links: Chromium writes a link to another page as a URI on the temporary print server
 (``http://127.0.0.1:<port>/...``), dead once printing is over, and names the destinations of
@@ -103,6 +108,123 @@ def book_pages(root: Path = ROOT) -> list[str]:
     for part in toc.get("parts", []):
         files += [chapter["file"] for chapter in part.get("chapters", [])]
     return [f"{file}.html" for file in files]
+
+
+ANSWERS_PAGE = "notebooks/_pdf_answers.html"  # written for printing only, then removed
+ANSWERS_TITLE = "Answers to the exercises"
+
+
+def _is_answer(tag) -> bool:
+    summary = tag.find("summary")
+    return summary is not None and summary.get_text(strip=True) == "Answer"
+
+
+def _answer_blocks(soup) -> list[list]:
+    """Each answer of a page: the elements it is made of, in page order (an "Answer"
+    dropdown and the folded code cells just before it). Mirrors ``ANSWERS_JS``."""
+    blocks = []
+    for dropdown in soup.select("details.sd-dropdown"):
+        if not _is_answer(dropdown):
+            continue
+        block = [dropdown]
+        for previous in dropdown.find_previous_siblings():
+            if previous.name != "div" or "tag_hide-input" not in (previous.get("class") or []):
+                break
+            block.insert(0, previous)
+        blocks.append(block)
+    return blocks
+
+
+def _exercise_number(first) -> str:
+    """The number of the exercise an answer follows: the last item of the list before it."""
+    listing = first.find_previous_sibling("ol")
+    if listing is None:
+        return ""
+    return str(int(listing.get("start", 1)) + len(listing.find_all("li", recursive=False)) - 1)
+
+
+def answers_page(site: Path, pages: list[str]) -> tuple[str, dict[str, int]]:
+    """The appendix's HTML (a chapter page's frame around every answer of the book, each
+    under its chapter, with a link back to its exercise) and each page's number of answers."""
+    from bs4 import BeautifulSoup
+
+    chapters = [page for page in pages if page.startswith("notebooks/") and page != ANSWERS_PAGE]
+    frame = BeautifulSoup((site / chapters[-1]).read_text(encoding="utf-8"), "html.parser")
+    for chrome in frame.select("#print-main-content, .bd-sidebar-secondary, .prev-next-footer"):
+        chrome.decompose()  # the frame page's contents list and neighbours
+    frame.select_one("#jb-print-docs-body h1").string = ANSWERS_TITLE  # the printed title
+    article = frame.select_one("article.bd-article")
+    article.clear()
+    heading = frame.new_tag("h1")
+    heading.string = ANSWERS_TITLE
+    article.append(heading)
+    counts = {}
+    for page in chapters:
+        soup = BeautifulSoup((site / page).read_text(encoding="utf-8"), "html.parser")
+        blocks = _answer_blocks(soup)
+        counts[page] = len(blocks)
+        if not blocks:
+            continue
+        stem = Path(page).stem
+        section = frame.new_tag("section", id=f"answers-{stem}")
+        title = frame.new_tag("h2")
+        title.string = soup.title.get_text().split(" — ")[0].strip()
+        section.append(title)
+        for k, block in enumerate(blocks, 1):
+            answer = frame.new_tag("div", id=f"answer-{stem}-{k}")
+            answer["class"] = "attnbook-answer"
+            back = frame.new_tag("p", attrs={"class": "rubric"})
+            link = frame.new_tag("a", href=f"{Path(page).name}#exercise-{stem}-{k}")
+            number = _exercise_number(block[0])
+            link.string = f"Exercise {number}" if number else f"Answer {k}"
+            back.append(link)
+            answer.append(back)
+            for element in block:
+                if element.name == "details" and _is_answer(element):
+                    body = element.select_one(".sd-summary-content") or element
+                    answer.extend(list(body.contents))
+                else:  # a folded code cell: printed unfolded, without its toggle
+                    for toggle in element.select("details.hide"):
+                        if toggle.summary is not None:
+                            toggle.summary.decompose()
+                        toggle.unwrap()
+                    answer.append(element)
+            section.append(answer)
+        article.append(section)
+    frame.title.string = f"{ANSWERS_TITLE} — {frame.title.get_text().split(' — ')[-1]}"
+    return str(frame), counts
+
+
+def print_order(pages: list[str]) -> list[str]:
+    """``pages`` with the answers appendix after the last chapter."""
+    last = max(i for i, page in enumerate(pages) if page.startswith("notebooks/"))
+    return [*pages[: last + 1], ANSWERS_PAGE, *pages[last + 1 :]]
+
+
+# On a chapter page being printed: each answer (as ``_answer_blocks`` finds them) becomes a
+# link to it in the appendix, at an anchor the appendix links back to.
+ANSWERS_JS = """(stem) => {
+    const isAnswer = d => d.querySelector(':scope > summary')?.textContent.trim() === 'Answer';
+    const dropdowns = [...document.querySelectorAll('details.sd-dropdown')].filter(isAnswer);
+    dropdowns.forEach((dropdown, i) => {
+        const block = [dropdown];
+        let previous = dropdown.previousElementSibling;
+        while (previous && previous.matches('div.tag_hide-input')) {
+            block.unshift(previous);
+            previous = previous.previousElementSibling;
+        }
+        const note = document.createElement('p');
+        note.className = 'attnbook-answer-link';
+        note.id = `exercise-${stem}-${i + 1}`;
+        const a = document.createElement('a');
+        a.href = `_pdf_answers.html#answer-${stem}-${i + 1}`;
+        a.textContent = 'Answer: in the appendix, Answers to the exercises';
+        note.appendChild(a);
+        block[0].before(note);
+        block.forEach(element => element.remove());
+    });
+    return dropdowns.length;
+}"""
 
 
 def link_targets(site: Path, pages: list[str]) -> dict[str, list[str]]:
@@ -230,11 +352,29 @@ PREPARE_JS = """async () => {
 def print_book(
     browser, base_url: str, out: Path, pages: list[str] | None = None, site: Path = SITE
 ) -> dict:
-    """Print `pages` (default: the whole book) from `base_url` into `out`; returns counts."""
+    """Print `pages` (default: the whole book) and the answers appendix (after the last
+    chapter) from `base_url` into `out`; returns counts."""
+    pages = print_order(pages or book_pages())
+    appendix, answers = answers_page(site, pages)
+    (site / ANSWERS_PAGE).write_text(appendix, encoding="utf-8")
+    try:
+        return _print_pages(browser, base_url, out, pages, site, answers)
+    finally:
+        (site / ANSWERS_PAGE).unlink(missing_ok=True)
+
+
+def _print_pages(browser, base_url, out, pages, site, answers) -> dict:
     from pypdf import PdfReader, PdfWriter
 
-    pages = pages or book_pages()
     anchors = link_targets(site, pages)
+    for page, count in answers.items():  # the anchors ANSWERS_JS makes on each side
+        stem = Path(page).stem
+        anchors[page] = sorted(
+            {*anchors[page], *(f"exercise-{stem}-{k}" for k in range(1, count + 1))}
+        )
+        anchors[ANSWERS_PAGE] = sorted(
+            {*anchors[ANSWERS_PAGE], *(f"answer-{stem}-{k}" for k in range(1, count + 1))}
+        )
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     links = _Links(base_url, pages, site_url(config))
     context = browser.new_context(
@@ -257,6 +397,12 @@ def print_book(
             page = upcoming
             upcoming = open_page(pages[index + 1]) if index + 1 < len(pages) else None
             page.wait_for_load_state("load")
+            if pages[index] in answers:
+                moved = page.evaluate(ANSWERS_JS, Path(pages[index]).stem)
+                if moved != answers[pages[index]]:
+                    raise RuntimeError(
+                        f"{pages[index]}: {moved} answers moved, not {answers[pages[index]]}"
+                    )
             figures += page.evaluate(PREPARE_JS)
             page.evaluate(ANCHOR_JS, anchors.get(pages[index], []))
             title = page.title().split(" — ")[0].strip()
@@ -292,6 +438,7 @@ def print_book(
         "pages": len(writer.pages),
         "figures": figures,
         "documents": len(pages),
+        "answers": sum(answers.values()),
         "links": links.counts,
     }
 

@@ -763,12 +763,13 @@ def test_whole_book_pdf_builds_with_sane_page_and_figure_counts(site, browser):
     from pypdf import PdfReader
 
     sys.path.insert(0, str(ROOT / "scripts"))
-    from build_pdf import PDF_NAME, book_pages, print_book
+    from build_pdf import ANSWERS_PAGE, PDF_NAME, book_pages, print_book, print_order
 
     out = SITE / PDF_NAME
     counts = print_book(browser, site, out)
     reader = PdfReader(out)
-    documents = len(book_pages())
+    printed = print_order(book_pages())  # the book's pages and the answers appendix
+    documents = len(printed)
     chapter_figures = sum(
         len(re.findall(r"<img [^>]*src=\"\.\./_images/", p.read_text())) for p in _chapters()
     )
@@ -789,9 +790,31 @@ def test_whole_book_pdf_builds_with_sane_page_and_figure_counts(site, browser):
     stranded, chrome = _pdf_page_feet(reader)
     assert not stranded, f"headings left at the foot of a page: {stranded[:5]}"
     assert not chrome, f"screen-only labels printed: {chrome[:5]}"
-    links = _pdf_links(reader, book_pages())
+    links = _pdf_links(reader, printed)
     print(f"PDF links: {links['counts']}")
     assert not links["problems"], "\n".join(links["problems"][:20])
+    # Answers in an appendix: each answer's place in its chapter jumps to it, and back.
+    answers = sum(
+        len(re.findall(r'<span class="sd-summary-text">Answer</span>', p.read_text()))
+        for p in _chapters()
+    )
+    assert counts["answers"] == answers > 40, (counts["answers"], answers)
+    assert not (SITE / ANSWERS_PAGE).exists(), "the appendix page is only for printing"
+    to_answer = links["targets"].get(ANSWERS_PAGE, [])
+    back = [
+        name
+        for page, names in links["targets"].items()
+        if page != ANSWERS_PAGE
+        for name in names
+        if "#exercise-" in name
+    ]
+    assert sum("#answer-" in name for name in to_answer) == answers, len(to_answer)
+    assert len(back) == answers, len(back)
+    start = reader.get_destination_page_number(reader.outline[printed.index(ANSWERS_PAGE)])
+    appendix = reader.pages[start].extract_text()
+    assert "Answers to the exercises" in appendix and "Exercise 1" in appendix, appendix[:300]
+    in_chapters = "".join(page.extract_text() for page in reader.pages[:start])
+    assert in_chapters.count("Answer: in the appendix") == answers
     # Cross-references, citations and glossary terms: hundreds of jumps inside the PDF.
     assert links["counts"]["internal"] >= 300, links["counts"]
 
@@ -823,6 +846,7 @@ def _pdf_links(reader, pages: list[str]) -> dict:
     }
     dests = {str(k): v for k, v in reader.named_destinations.items()}
     problems, counts = [], {"internal": 0, "local_uri": 0, "uri": 0}
+    targets: dict[str, list[str]] = {}  # document -> the destinations jumped to in it
     for number, page in enumerate(reader.pages):
         for annot in page.get("/Annots") or []:
             annot = annot.get_object()
@@ -845,6 +869,7 @@ def _pdf_links(reader, pages: list[str]) -> dict:
                 problems.append(f"page {number + 1}: jump to a missing destination {name}")
                 continue
             document = str(name).split("#")[0]
+            targets.setdefault(document, []).append(str(name))
             target = reader.get_destination_page_number(dests[str(name)])
             low, high = ranges.get(document, (-1, -1))
             if not low <= target <= high:
@@ -852,7 +877,7 @@ def _pdf_links(reader, pages: list[str]) -> dict:
                     f"page {number + 1}: {name} lands on page {target + 1}, outside "
                     f"{document} (pages {low + 1}-{high + 1})"
                 )
-    return {"problems": problems, "counts": counts}
+    return {"problems": problems, "counts": counts, "targets": targets}
 
 
 def _pdf_images(reader) -> int:
