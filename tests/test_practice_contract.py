@@ -292,12 +292,30 @@ def _kv(**c):
         c["dtype"].itemsize)  # fmt: skip
 
 
+def _float64_tensor(n):
+    return torch.tensor(float(n), dtype=torch.float64)  # exact; float32 is not (next test)
+
+
 @pytest.mark.parametrize(
-    "wrap", [int, float, np.int64, np.float64, torch.tensor, np.array, lambda n: torch.tensor(
-        float(n))], ids=["int", "float", "np.int64", "np.float64", "0-d tensor", "0-d array",
-                        "0-d float tensor"])  # fmt: skip
+    "wrap",
+    [int, float, np.int64, np.float64, torch.tensor, np.array, _float64_tensor],
+    ids=["int", "float", "np.int64", "np.float64", "0-d tensor", "0-d array", "0-d float tensor"],
+)
 def test_every_real_scalar_type_is_a_count(wrap):
     assert check("kv_cache_bytes", lambda **c: wrap(_kv(**c)))
+
+
+@pytest.mark.parametrize("name", ["kv_cache_bytes", "attention_flops"])
+def test_a_count_held_in_float32_is_refused_where_float32_cannot_hold_it(name):
+    """A count must be exact: one computed in float32 arithmetic (a learner's
+    ``torch.tensor(2.0) * ...``) is right on small cases only; a case beyond 2**24 whose count
+    float32 rounds catches it (a learner attack found both passing before)."""
+    from attnbook.practice import _costs
+
+    exact = _kv if name == "kv_cache_bytes" else lambda **s: _costs.attention_flops(**s)
+    result = check(name, lambda **c: torch.tensor(float(exact(**c)), dtype=torch.float32))
+    assert not result.passed and "float32 cannot hold exactly" in result.message, result
+    assert check(name, lambda **c: torch.tensor(float(exact(**c)), dtype=torch.float64))
 
 
 @pytest.mark.parametrize(

@@ -349,7 +349,54 @@ def induction_short_range(weights, lengths):
     return torch.cat(parts, -1).nan_to_num().mean(-1)
 
 
+# The fifth learner attack (297 submissions): five false passes, fixed by cases that separate
+# them (a mask cached on some of its arguments, a count held in float32, a backward without
+# the max at float32 scores past 88), and one diagnosis named from a shared float16 error.
+_memo: dict = {}
+
+
+def causal_cached_by_t_k(t_q, t_k):
+    if ("causal", t_k) not in _memo:
+        _memo["causal", t_k] = torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)
+    return _memo["causal", t_k]
+
+
+def padding_cached_by_shape(lengths, t):
+    key = ("padding", len(lengths), t)
+    if key not in _memo:
+        real = torch.arange(t) < torch.tensor(lengths)[:, None]
+        _memo[key] = real.view(len(lengths), 1, 1, t)
+    return _memo[key]
+
+
+def kv_float32(*, batch, layers, positions, heads, kv_heads, head_dim, dtype):
+    return torch.tensor(2.0) * batch * layers * positions * kv_heads * head_dim * dtype.itemsize
+
+
+def flops_float32(*, t_q, t_k, heads, d_k, d_v):
+    return torch.tensor(2.0) * heads * t_q * t_k * (d_k + d_v)
+
+
+def backward_without_max(q, k, v, out, lse, d_out):
+    c = 1 / math.sqrt(q.shape[-1])
+    e = torch.exp(q @ k.mT * c)
+    p = e / e.sum(-1, keepdim=True)
+    ds = p * (d_out @ v.mT - (d_out * out).sum(-1, keepdim=True))
+    return ds @ k * c, ds.mT @ q * c, p.mT @ d_out
+
+
+def masked_fill_too_large_for_half(q, k, v, mask):  # empty rows zeroed; -1e9 overflows fp16
+    s = (q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e9)
+    return torch.softmax(s, -1) * mask.any(-1, keepdim=True) @ v
+
+
 WRONG = [  # (exercise, function, the catalogued mistake it is, or None)
+    ("causal_mask", causal_cached_by_t_k, None),
+    ("padding_mask", padding_cached_by_shape, None),
+    ("kv_cache_bytes", kv_float32, None),
+    ("attention_flops", flops_float32, None),
+    ("attention_backward", backward_without_max, None),
+    ("masked_attention", masked_fill_too_large_for_half, None),
     ("attention", att_scale_axis_1, None),
     ("attention", att_exp_direct, "unstable_softmax"),
     ("attention", att_scaled_twice, "scale_by_dk"),

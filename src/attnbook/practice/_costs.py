@@ -76,6 +76,8 @@ KV_CACHE_BYTES = Exercise(
              _config(6, 2, 1, 16, 1, 32, _F32)),
         Case("edge case: an 8-bit cache (float8_e4m3fn)", "edge",
              _config(2, 3, 333, 8, 4, 96, torch.float8_e4m3fn)),
+        Case("edge case: 3,672,059,160 bytes, a count float32 cannot hold exactly", "edge",
+             _config(7, 33, 4097, 10, 5, 97, _F32)),
     ),
     mistakes=(
         Mistake("keys_only", "K and V are counted once: the cache holds a key and a value "
@@ -138,6 +140,8 @@ ATTENTION_FLOPS = Exercise(
         Case("edge case: one decoding step, 4096 cached keys, 32 heads of 128", "edge",
              _shape(1, 4096, 32, 128, 128)),
         Case("edge case: one head, one feature", "edge", _shape(3, 5, 1, 1, 1)),
+        Case("edge case: 2,411,445,036 FLOPs, a count float32 cannot hold exactly", "edge",
+             _shape(1001, 4097, 3, 65, 33)),
         Case("edge case: widths not divisible by the heads (3 heads, d_k = 8, d_v = 5)",
              "edge", _shape(6, 9, 3, 8, 5)),
     ),

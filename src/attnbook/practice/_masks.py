@@ -53,6 +53,8 @@ CAUSAL_MASK = Exercise(
         Case("random case: 7 queries, 7 keys", "random", _sizes(7, 7)),
         Case("random case: 3 queries, 8 keys", "random", _sizes(3, 8)),
         Case("edge case: one query, 9 keys (a decoding step)", "edge", _sizes(1, 9)),
+        Case("edge case: 4 queries, the same 9 keys (a mask is not a function of t_k alone)",
+             "edge", _sizes(4, 9)),
         Case("edge case: 5 queries, 3 keys (rows with no key)", "edge", _sizes(5, 3)),
         Case("edge case: one query, one key", "edge", _sizes(1, 1)),
     ),
@@ -122,6 +124,8 @@ PADDING_MASK = Exercise(
     cases=(
         Case("hand case: lengths [2, 0, 4], t = 4", "hand",
              lambda: {"lengths": [2, 0, 4], "t": 4}),
+        Case("random case: lengths [3, 1, 4], t = 4 (the hand case's shape, other lengths)",
+             "random", lambda: {"lengths": [3, 1, 4], "t": 4}),
         Case("random case: lengths [5, 3], t = 5", "random",
              lambda: {"lengths": [5, 3], "t": 5}),
         Case("random case: lengths [1, 6, 3, 2], t = 7", "random",

@@ -328,7 +328,9 @@ def _best_partial(
     the reader differs from on a failing case, is a coincidence, not the reader's
     (``kv_cache_bytes`` with the dtype ignored, 2 bytes always, is half the count on float32
     cases like ``keys_only``, twice it on float8, and right on bfloat16, where ``keys_only``
-    is not)."""
+    is not). Raising the same error is weak evidence: when the mistake also shows where the
+    reader is right, a match made of shared errors alone is a coincidence too (a float16 fill
+    that overflows raises in the reader's function and in a catalogued variant alike)."""
     best: tuple[Mistake, int] | None = None
     ran = [i for i, o in enumerate(outcomes) if o is not None]
     failing = [i for i in failing if outcomes[i] is not None]
@@ -337,9 +339,13 @@ def _best_partial(
         for variant in mistake.variants:
             theirs = _variant_outcomes(exercise, variant)
             wrong = _variant_wrong(exercise, variant)
-            k = sum(1 for i in failing if wrong[i] and same_behaviour(theirs[i], outcomes[i]))
-            if k < len(failing) and any(wrong[i] and i not in wrong_here for i in ran):
-                continue  # shows where the reader is right, differs where the reader fails
+            alike = [i for i in failing if wrong[i] and same_behaviour(theirs[i], outcomes[i])]
+            k = len(alike)
+            if any(wrong[i] and i not in wrong_here for i in ran) and (
+                k < len(failing) or all(outcomes[i].error is not None for i in alike)
+            ):
+                continue  # shows where the reader is right, and differs where the reader fails
+                # or agrees only by raising the same error (an overflow both hit, not a cause)
             if k and (best is None or k > best[1]):
                 best = (mistake, k)
     if best is not None and 2 * best[1] >= len(failing):
