@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from attnbook.widgets._live import Control, LiveWidget, WidgetSpec
 
 if TYPE_CHECKING:
+    from attnbook.widgets.draft_quality import speculative_speedup
     from attnbook.widgets.head_rows import head_explorer
     from attnbook.widgets.kv_cache import kv_cache_calculator
     from attnbook.widgets.mask_grid import mask_explorer
@@ -32,6 +33,7 @@ WIDGETS = {
     "rope_rotation": "rope_plane",
     "online_softmax_stepper": "online_softmax",
     "head_explorer": "head_rows",
+    "speculative_speedup": "draft_quality",
 }
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "rope_rotation",
     "softmax_saturation",
     "spec",
+    "speculative_speedup",
 ]
 
 

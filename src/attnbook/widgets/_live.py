@@ -35,8 +35,9 @@ JavaScript (``js/runtime.js`` + ``js/<name>.js``), so there is one drawing, the 
 * **Static face** (:meth:`LiveWidget.html`, the website, ``ATTNBOOK_WIDGETS=static``): an
   inline script mounts the markup and recomputes every setting in JavaScript. No kernel, no
   network, a few KB per widget. The arithmetic is tiny (a softmax, a 2-D rotation, a byte
-  count, a mask rule, a running max), so the JavaScript computes each setting exactly rather
-  than swapping precomputed frames (every widget has 3-7 controls: frames would multiply).
+  count, a mask rule, a running max, a geometric sum), so the JavaScript computes each setting
+  exactly rather than swapping precomputed frames (every widget has 3-7 controls: frames
+  would multiply).
 * **Kernel face** (:meth:`LiveWidget.widget`, JupyterLab, Notebook, Colab): an anywidget whose
   ES module is that same JavaScript plus an entry point. On every input event the module
   draws its own JavaScript prediction at once, then sends ``params`` (with a request number
