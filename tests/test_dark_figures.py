@@ -84,7 +84,7 @@ def test_numbers_on_heatmap_cells_keep_their_contrast():
     assert black_text.sum() > 50 and np.all(dark[black_text] > 150)  # light ink
 
 
-def test_each_figure_gets_one_lazily_loaded_twin(tmp_path):
+def test_each_figure_gets_one_dark_source(tmp_path):
     images = tmp_path / "_images"
     images.mkdir()
     _heatmap_png().save(images / "abc.png")
@@ -96,9 +96,12 @@ def test_each_figure_gets_one_lazily_loaded_twin(tmp_path):
     )
     assert site._dark_figures(tmp_path) == 1
     html = page.read_text()
-    assert html.count('class="attnbook-light"') == 1 and html.count('class="attnbook-dark"') == 1
-    assert 'src="../_images/abc.dark.png" style="width: 300px;" loading="lazy"' in html
-    assert html.count("logo.png") == 1  # only figures get a twin
+    assert html.count("<picture>") == 1 and html.count('class="attnbook-dark"') == 1
+    assert (
+        '<picture><source class="attnbook-dark" srcset="../_images/abc.dark.png" '
+        f'media="{site.DARK_MEDIA}" /><img alt="A heatmap." src="../_images/abc.png"'
+    ) in html
+    assert html.count("logo.png") == 1 and html.count("<img") == 2  # one img per figure
     assert (images / "abc.dark.png").exists()
     assert site._dark_figures(tmp_path) == 0 and page.read_text() == html  # idempotent
     with Image.open(images / "abc.dark.png") as dark, Image.open(images / "abc.png") as light:
