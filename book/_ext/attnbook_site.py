@@ -29,7 +29,7 @@
   the icon fonts' TrueType copies (every browser that runs the theme takes the WOFF2 ones);
   the icon fonts and the theme's icon rules are cut to the icons the site uses, and the
   theme's stylesheets to the rules whose classes occur in the site; figures are stored as
-  256-colour PNGs.
+  256-colour PNGs; the search index only on the search page (``search_as_you_type`` is off).
 * Figures in dark mode: each figure also gets a dark rendering (``_dark_figures``), shown
   instead of the light one when the theme is dark. Only the paper and the neutral ink are
   recoloured: white turns into the page's dark background, black and grey ink (text, axes,
@@ -556,6 +556,28 @@ def _dark_figures(outdir: Path) -> int:
     return changed
 
 
+_SEARCH_SCRIPTS = re.compile(
+    r'\s*<script src="[^"]*(?:_static/searchtools\.js|_static/language_data\.js|searchindex\.js)'
+    r'[^"]*"></script>'
+)
+
+
+def _search_index_on_the_search_page_only(outdir: Path, as_you_type: bool) -> None:
+    """pydata-sphinx-theme loads Sphinx's search scripts and the whole search index
+    (searchindex.js, about 140 KB and growing with every page) on every page, for its
+    search-as-you-type box. With that option off, as here, only the search page uses them:
+    every other page's search box submits to it."""
+    if as_you_type:
+        return
+    for path in outdir.rglob("*.html"):
+        if "_static" in path.parts or path.name == "search.html":
+            continue
+        text = path.read_text(encoding="utf-8")
+        new = _SEARCH_SCRIPTS.sub("", text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+
+
 _BLOCK_COMMENT = re.compile(r"^[ \t]*/\*.*?\*/[ \t]*\n", re.S | re.M)
 
 
@@ -580,6 +602,8 @@ def _ship_only_what_pages_load(app, exception):
     _trim_icons(Path(app.outdir))
     _purge_unused_css(Path(app.outdir))
     _strip_comments(static)
+    as_you_type = str((app.config.html_theme_options or {}).get("search_as_you_type", False))
+    _search_index_on_the_search_page_only(Path(app.outdir), as_you_type.lower() == "true")
     _palette_pngs(Path(app.outdir))
     _dark_figures(Path(app.outdir))
     _readers_notebooks(Path(app.outdir), Path(app.srcdir))
