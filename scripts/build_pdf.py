@@ -135,12 +135,21 @@ def _answer_blocks(soup) -> list[list]:
     return blocks
 
 
-def _exercise_number(first) -> str:
-    """The number of the exercise an answer follows: the last item of the list before it."""
+def _exercise_label(first) -> list:
+    """What an answer answers, as HTML nodes: "Exercise N" after a numbered exercise list (the
+    last item before it), else the heading of its section (a self-check question's title,
+    its math kept for MathJax), else nothing."""
     listing = first.find_previous_sibling("ol")
-    if listing is None:
-        return ""
-    return str(int(listing.get("start", 1)) + len(listing.find_all("li", recursive=False)) - 1)
+    if listing is not None:
+        items = len(listing.find_all("li", recursive=False))
+        return [f"Exercise {int(listing.get('start', 1)) + items - 1}"]
+    section = first.find_parent("section")
+    heading = section.find(["h2", "h3", "h4"]) if section is not None else None
+    if heading is None:
+        return []
+    for link in heading.select("a.headerlink"):
+        link.decompose()
+    return list(heading.contents)
 
 
 def answers_page(site: Path, pages: list[str]) -> tuple[str, dict[str, int]]:
@@ -175,8 +184,7 @@ def answers_page(site: Path, pages: list[str]) -> tuple[str, dict[str, int]]:
             answer["class"] = "attnbook-answer"
             back = frame.new_tag("p", attrs={"class": "rubric"})
             link = frame.new_tag("a", href=f"{Path(page).name}#exercise-{stem}-{k}")
-            number = _exercise_number(block[0])
-            link.string = f"Exercise {number}" if number else f"Answer {k}"
+            link.extend(_exercise_label(block[0]) or [f"Answer {k}"])
             back.append(link)
             answer.append(back)
             for element in block:
