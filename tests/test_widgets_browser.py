@@ -58,7 +58,7 @@ CALLS = {
     "rope_rotation": {"m": 5, "n": 30, "pair": 3, "log10_base": 3.5},
     "online_softmax_stepper": {"step": 3, "block_size": 3, "order": "right to left"},
     "head_explorer": {"model": "two-layer", "layer": 1, "query": 20, "seed": 2},
-    "speculative_speedup": {"alpha": 0.56, "k": 6, "c": 0.2},
+    "speculative_speedup": {"alpha": 0.9, "k": 6, "c": 0.01},
 }
 # Called with its default where no other value makes a possible setting with the rest.
 DEFAULT_OK = {"head_explorer": {"model"}}  # layer 1 exists only in the two-layer model

@@ -1,6 +1,8 @@
 // Speculative-decoding speed-up, computed in the browser. Mirrors
 // attnbook.widgets.draft_quality.speculative_state (tokens from
-// attnbook.speculative.expected_tokens_iid).
+// attnbook.speculative.expected_tokens_iid), its texts included: the best k is the best in
+// 1..k_max, said as such where the speed-up still rises at k_max, and the least loss where
+// no k gains.
 (function (g) {
   const ab = g.attnbook;
   const CURVE = "#0072B2", HERE = "#D55E00", BEST = "#009E73";
@@ -9,6 +11,22 @@
   const tokensIid = (alpha, k) => (alpha === 1 ? k + 1 : (1 - alpha ** (k + 1)) / (1 - alpha));
   const isReal = (x) => typeof x === "number";
   const tokens = (x, digits) => `${ab.fmt(x, digits)} token${ab.fmt(x, digits) === "1" ? "" : "s"}`;
+
+  // The ring's label, and the same with the ringed speed-up always said (the readout's);
+  // draft_quality._verdict, word for word (its _fmt writes numbers as ab.fmt does).
+  function verdict(bestK, best, gains, risingAtEnd, kMax, tie) {
+    const value = `${ab.fmt(best, 3)}×`;
+    if (!gains) {
+      const head = best >= 1 - tie  // alpha == c at k = 1, or alpha = 0 with a free draft
+        ? `no k gains; k = ${bestK} breaks even` : `no k gains; least loss at k = ${bestK}`;
+      return [`${head} (${value})`, `${head} (${value})`];  // the ring says the speed-up too
+    }
+    if (risingAtEnd && bestK === kMax) {
+      const head = `best in 1–${kMax}: k = ${bestK}`;
+      return [`${head} (still rising)`, `${head} (${value}, still rising)`];
+    }
+    return [`best k = ${bestK}`, `best k = ${bestK} (${value})`];
+  }
 
   function compute(params, data) {
     const { alpha, k, c } = params;
@@ -27,7 +45,12 @@
     const tokens = ks.map((j) => tokensIid(alpha, j));
     const speedups = ks.map((j, i) => tokens[i] / (j * c + 1));
     const top = Math.max(...speedups);
-    const bestK = ks.find((j, i) => speedups[i] >= top * (1 - data.tie));
+    const tie = data.tie;
+    const bestK = ks.find((j, i) => speedups[i] >= top * (1 - tie));
+    const best = speedups[bestK - 1];
+    const gains = best > 1 + tie;
+    const risingAtEnd = speedups[kMax - 2] < speedups[kMax - 1] * (1 - tie);
+    const [label, text] = verdict(bestK, best, gains, risingAtEnd, kMax, tie);
     return {
       alpha, k, c, ks, tokens, speedups,
       tokens_per_pass: tokens[k - 1],
@@ -36,7 +59,11 @@
       speedup: speedups[k - 1],
       ceiling: 1 / (1 - alpha),
       best_k: bestK,
-      best_speedup: speedups[bestK - 1],
+      best_speedup: best,
+      gains,
+      rising_at_end: risingAtEnd,
+      best_label: label,
+      best_text: text,
     };
   }
 
@@ -85,10 +112,13 @@
     out += curve(right, ks, state.speedups, rx, ry, k, "speedups");
     out += ab.el("circle", { cx: bx, cy: by, r: 10, fill: "none", stroke: BEST, "stroke-width": 3,
       class: "best", "data-value": state.best_k });
-    // Its label above the ring, kept inside the panel near either end.
-    const anchor = bx < right.x0 + 50 ? "start" : bx > right.x1 - 50 ? "end" : "middle";
+    // Its label above the ring, centred on it unless that would leave the plot: then it
+    // starts at the ring's left edge or ends at its right one (the long labels, "best in
+    // 1–10: ..." and "no k gains; ...", are drawn only at k = 10 and at k = 1).
+    const half = ab.textWidth(state.best_label) / 2;
+    const anchor = bx - half < right.x0 ? "start" : bx + half > right.x1 ? "end" : "middle";
     const ax = anchor === "start" ? bx - 10 : anchor === "end" ? bx + 10 : bx;
-    out += ab.text(ax, by - 15, `best k = ${state.best_k}`, { "text-anchor": anchor, class: "best-label" });
+    out += ab.text(ax, by - 15, state.best_label, { "text-anchor": anchor, class: "best-label" });
     return ab.svg(W, H, out, "tokens per target pass and wall-clock speed-up against the draft length k");
   }
 
@@ -96,7 +126,7 @@
     `α = ${ab.fmt(s.alpha, 3)}, k = ${s.k}: ${tokens(s.tokens_per_pass)} a target pass ` +
     `(ceiling ${ab.fmt(s.ceiling)}), ${ab.fmt(100 * s.drafts_kept, 3)}% of drafts kept · ` +
     `c = ${ab.fmt(s.c, 3)}: a step costs ${ab.fmt(s.step_cost)} target passes, ` +
-    `speed-up ${ab.fmt(s.speedup)}× · best k = ${s.best_k} (${ab.fmt(s.best_speedup)}×)`;
+    `speed-up ${ab.fmt(s.speedup, 3)}× · ${s.best_text}`;
 
   ab.widgets.speculative_speedup = { compute, render, readout };
 })(globalThis);
