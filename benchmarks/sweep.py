@@ -51,7 +51,7 @@ TABLE = Path(__file__).with_name("SWEEP.md")
 CHAPTERS = {
     "05_positions_and_rope": (0, 5),
     "11_lab_associative_retrieval": (12, 10),
-    "12_lab_diagnosing_a_run": (12, 1),
+    "12_lab_diagnosing_a_run": (12, 6),
     "13_tiny_gpt": (0, 1),
     "14_induction_heads": (0, 5),
 }
@@ -81,11 +81,29 @@ def _without_docstrings(source: str) -> str:
     return ast.unparse(tree)
 
 
+_TYPE_CHECKING = ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+
+
+def _lazy_widgets() -> dict[str, str]:
+    """``attnbook.widgets`` imports a widget's module on first use of its function
+    (``from attnbook.widgets import mask_explorer`` runs ``widgets/mask_grid.py``): the map
+    from function to module, read from the package's source."""
+    tree = ast.parse((ROOT / "src" / "attnbook" / "widgets" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["WIDGETS"]:
+            return ast.literal_eval(node.value)
+    raise RuntimeError("attnbook/widgets/__init__.py defines no WIDGETS map")
+
+
 def _imported(source: str) -> set[str]:
     """The ``attnbook`` modules a piece of code imports (``attnbook.x.y`` as ``x/y``)."""
     code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("%"))
+    tree = ast.parse(code)
+    for node in ast.walk(tree):  # imports under `if TYPE_CHECKING:` never run
+        if isinstance(node, ast.If) and ast.unparse(node.test) in _TYPE_CHECKING:
+            node.body = []
     found = set()
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -100,8 +118,12 @@ def _module_files(chapter: str) -> list[Path]:
     import, and theirs in turn (``attnbook`` itself brings ``runtime`` and ``plots``)."""
     package = ROOT / "src" / "attnbook"
 
+    lazy = _lazy_widgets()
+
     def files(name: str) -> list[Path]:
         parts = name.split(".")[1:]
+        if parts[:1] == ["widgets"] and len(parts) == 2 and parts[1] in lazy:
+            parts = ["widgets", lazy[parts[1]]]  # a widget function: the module that runs
         base = package.joinpath(*parts)
         return [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()]
 

@@ -198,3 +198,29 @@ def test_a_run_that_repeats_another_paths_bits_counts_once_for_z():
     assert row["z"] == alone["z"]
     other = sweep.summarise([*both[:-1], run(2, "native", 3.5)])[0]  # a path of its own
     assert other["distinct"] == 4
+
+
+def test_the_fingerprint_follows_the_modules_a_run_executes():
+    """A widget function pulls in its own module only (``attnbook.widgets`` imports it on first
+    use), and an import under ``if TYPE_CHECKING:`` never runs: editing one widget leaves the
+    other chapters' sweeps current, and the modules a chapter does run are all hashed."""
+    code = (
+        "from typing import TYPE_CHECKING\nimport attnbook.rope\n"
+        "if TYPE_CHECKING:\n    from attnbook.widgets.softmax import softmax_saturation\n"
+    )
+    assert sweep._imported(code) == {"attnbook.rope"}
+    widgets = ROOT / "src" / "attnbook" / "widgets"
+    lazy = sweep._lazy_widgets()
+    assert lazy["rope_rotation"] == "rope_plane" and lazy["head_explorer"] == "head_rows"
+    for chapter, own in [
+        ("05_positions_and_rope", "rope_plane"),
+        ("14_induction_heads", "head_rows"),
+    ]:
+        reached = {
+            p.relative_to(widgets).as_posix()
+            for p in sweep._module_files(chapter)
+            if widgets in p.parents
+        }
+        assert reached == {"__init__.py", "_live.py", f"{own}.py"}, (chapter, reached)
+    retrieval = {p.name for p in sweep._module_files("12_lab_diagnosing_a_run")}
+    assert {"retrieval_model.py", "training_health.py", "diagnostics.py"} <= retrieval
