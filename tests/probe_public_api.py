@@ -3416,7 +3416,11 @@ def probe_induction_baselines(p: Probe) -> None:
     import dataclasses
 
     from attnbook.induction import make_repeats
-    from attnbook.induction_baselines import answer_candidates, earliest_candidate_head
+    from attnbook.induction_baselines import (
+        answer_candidates,
+        earliest_candidate_head,
+        label_priority_head,
+    )
     from attnbook.induction_model import InductionConfig, evaluate
 
     g = torch.Generator().manual_seed(3)
@@ -3469,6 +3473,23 @@ def probe_induction_baselines(p: Probe) -> None:
         ("a dict", {"layers": 1}),
     ):
         p.call(earliest_candidate_head, label, lambda v=value: earliest_candidate_head(v))
+
+    wide = dataclasses.replace(one_layer, width=73)
+
+    def beats_the_rule(model) -> None:  # right wherever the ranking is, and on more
+        found = answer_candidates(tokens, lengths, 6, 12)
+        accuracy = evaluate(model, tokens, lengths)["accuracy"].item()
+        expect(accuracy > found.earliest_accuracy() + 0.05, "above the earliest-candidate rule")
+
+    p.call(label_priority_head, "one layer, one head, width 73",
+           lambda: label_priority_head(wide), beats_the_rule)  # fmt: skip
+    for label, value in (
+        ("two layers", dataclasses.replace(wide, layers=2)),
+        ("width 72", dataclasses.replace(one_layer, width=72)),
+        ("two heads", dataclasses.replace(wide, width=74, heads=2)),
+        ("a dict", {"layers": 1}),
+    ):
+        p.call(label_priority_head, label, lambda v=value: label_priority_head(v))
 
 
 def probe_induction_model(p: Probe) -> None:

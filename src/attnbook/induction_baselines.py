@@ -6,7 +6,10 @@ A query in the repeated half knows its position ``t`` and its own token, not the
 Two yardsticks follow: guessing uniformly among the candidates left
 (:meth:`Candidates.guess_accuracy`, the positional guess) and always taking the earliest one
 (:meth:`Candidates.earliest_accuracy`), which a one-layer, one-head model with weights set by
-hand implements exactly (:func:`earliest_candidate_head`). Neither does prefix matching
+hand implements exactly (:func:`earliest_candidate_head`). That rule is the best a head can do
+that ranks the candidates by position; one head can do better by breaking ties between the
+candidates by token identity, with a strength that depends on where its own token sits
+(:func:`label_priority_head`). None of them does prefix matching
 (attending to the token after the previous occurrence of the query's token), which is what
 the induction head does and one layer cannot.
 
@@ -30,7 +33,7 @@ from attnbook._checks import (
 from attnbook.induction import _require_lengths, repeated_queries
 from attnbook.induction_model import AttentionOnly, InductionConfig
 
-__all__ = ["Candidates", "answer_candidates", "earliest_candidate_head"]
+__all__ = ["Candidates", "answer_candidates", "earliest_candidate_head", "label_priority_head"]
 
 
 @dataclass(frozen=True)
@@ -187,4 +190,85 @@ def earliest_candidate_head(config: InductionConfig) -> AttentionOnly:
         model.qkv[0][:] = qkv
         model.out[0][:, :v, :v] = 10 * torch.eye(v)
         model.unembed[:, :v, :v] = torch.eye(v)
+    return model
+
+
+def label_priority_head(config: InductionConfig) -> AttentionOnly:
+    """A one-layer, one-head model with weights set by hand that beats every ranking head.
+
+    At a query ``t`` with ``n`` possible lengths, ``l_max = min(t, max_len)`` the longest:
+
+    * the candidates ``t - l + 1`` get nearly equal scores, the earliest slightly ahead
+      (``-1e-4`` per rank), every other key ``-40``;
+    * the key holding the query's own token (at ``t - L``) gets ``+13`` on top, so it takes
+      almost all the weight; the direct path cancels its copy of that token (``-5``);
+    * that key's value also writes ``kappa * (t - L) * g`` and the direct path
+      ``-kappa * (t - l_max + 1) * g``, where ``g = (0, 1, ..., V-1) / (V-1)`` favours higher
+      token ids and ``kappa = 0.15 e^{-13}``: after the softmax the net tilt is about
+      ``0.15 (l_max - L - 1) g``, against candidate copies of about 1.
+
+    So for ``L = l_max`` and ``L = l_max - 1`` the tilt vanishes and the ranking decides, which
+    is right on exactly those lengths (:meth:`Candidates.earliest_accuracy`); for shorter ``L``
+    the tilt picks the candidate with the highest token id, a uniformly random one of the
+    ``n - 1`` left, right with probability ``1 / (n - 1)`` instead of 0. On the chapter's data
+    (lengths 6 to 12) the expected share is ``383/10`` of the 56 ``(L, t)`` pairs, 0.684.
+
+    Residual dims: ``0 .. V`` the token (one-hot, the pad included), ``V+1 .. V+T`` the
+    position (one-hot), then ``V`` logit dims read by the unembedding.
+
+    Raises:
+        TypeError: ``config`` not an :class:`InductionConfig`.
+        ValueError: ``config.layers`` or ``config.heads`` not 1, or
+            ``config.width < 2 * config.vocab + 1 + config.t`` (73 for the chapter's task).
+    """
+    require_instance("config", config, InductionConfig)
+    if config.layers != 1 or config.heads != 1:
+        raise ValueError(
+            f"config must have layers=1 and heads=1, got {config.layers} and {config.heads}"
+        )
+    d, v, t = config.width, config.vocab, config.t
+    tokens, logit = v + 1, v + 1 + t  # where the position dims and the logit dims start
+    if d < logit + v:
+        raise ValueError(
+            f"config.width={d} must be at least 2 * vocab + 1 + t = {logit + v} (one-hot "
+            "tokens and positions beside the logits)"
+        )
+    model = AttentionOnly(config)
+    own, rank_step, far, tilt, cancel = 13.0, 1e-4, -40.0, 0.15, -5.0
+    kappa = tilt / math.exp(own)
+    priority = torch.arange(v, dtype=torch.float64) / (v - 1)  # (V,) the tie-break by token id
+    scores = torch.zeros(logit, logit, dtype=torch.float64)  # query one-hots x key one-hots
+    scores[:v, :v] = own * torch.eye(v)  # the key holding the query's own token
+    by_position = torch.full((t, t), far, dtype=torch.float64)  # (query t, key j)
+    direct_position = torch.zeros(t, v, dtype=torch.float64)
+    for q in range(t):
+        lengths = [n for n in range(config.min_len, config.max_len + 1) if n <= q <= 2 * n - 2]
+        if not lengths:
+            continue
+        longest = max(lengths)
+        for n in lengths:
+            by_position[q, q - n + 1] = -rank_step * (longest - n)  # earliest candidate first
+        by_position[q, q - longest] = -12.0  # own token's key when L = longest (no candidate)
+        direct_position[q] = -kappa * (q - longest + 1) * priority
+    scores[tokens:, tokens:] = by_position
+    root = math.sqrt(d)  # attention divides every score by sqrt(d_head) = sqrt(d)
+    qkv = torch.zeros(d, 3 * d, dtype=torch.float64)
+    qkv[:logit, :logit] = root * scores  # query: one-hots times the score table
+    qkv[:logit, d : d + logit] = torch.eye(logit)  # key: its one-hots
+    qkv[:logit, 2 * d : 2 * d + logit] = torch.eye(logit)  # value: its one-hots
+    out = torch.zeros(d, d, dtype=torch.float64)
+    out[:v, logit : logit + v] = torch.eye(v)  # a key's token: copied onto its logit
+    positions = torch.arange(t, dtype=torch.float64)
+    out[tokens : tokens + t, logit : logit + v] = kappa * positions[:, None] * priority
+    dtype = model.embed.dtype
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.embed[:, :tokens, :tokens] = torch.eye(tokens, dtype=dtype)
+        model.embed[:, :v, logit : logit + v] = cancel * torch.eye(v, dtype=dtype)
+        model.position[:, :, tokens : tokens + t] = torch.eye(t, dtype=dtype)
+        model.position[:, :, logit : logit + v] = direct_position.to(dtype)
+        model.qkv[0][:] = qkv.to(dtype)
+        model.out[0][:] = out.to(dtype)
+        model.unembed[:, logit : logit + v, :] = torch.eye(v, dtype=dtype)
     return model
