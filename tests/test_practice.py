@@ -3,6 +3,7 @@ display) and the catalogue's own consistency."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from attnbook import practice
 from attnbook.practice import EXERCISES, MISTAKES, check, describe
 from attnbook.practice._compare import call, same_behaviour
-from attnbook.practice._runner import _prepared
+from attnbook.practice._runner import _prepared, _variant_outcomes
 
 REGISTRY = practice._REGISTRY
 
@@ -56,6 +57,22 @@ def test_each_mistake_differs_from_the_reference_and_from_the_others(name):
         for other, seen in behaviours.items():
             assert not all(map(same_behaviour, got, seen)), f"{mistake.id} == {other}"
         behaviours[mistake.id] = got
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_no_variant_of_one_mistake_behaves_like_a_variant_of_another(name):
+    """Every way of making a mistake (its alternatives and the knobs a shared family adds)
+    is told apart from every way of making each other mistake: a full match never has two
+    candidates, so the name it gives is the only one the behaviour fits."""
+    exercise = REGISTRY[name]
+    rows = [
+        (mistake.id, _variant_outcomes(exercise, variant))
+        for mistake in exercise.mistakes
+        for variant in mistake.variants
+    ]
+    for (a, theirs), (b, others) in itertools.combinations(rows, 2):
+        if a != b:
+            assert not all(map(same_behaviour, theirs, others)), f"{a} == {b}"
 
 
 @pytest.mark.parametrize("name", EXERCISES)

@@ -378,13 +378,29 @@ def _merge(a, b, *, l_scale=True, u_scale=True, inverted=False, guard=True, m=No
     return m, la * a[1] + lb * b[1], ua * a[2] + ub * b[2]
 
 
-def _masked(q, k, v, mask, fill=float("-inf"), after=False, guard=True, invert=False):
+def _masked(q, k, v, mask, fill=float("-inf"), after=False, guard=True, invert=False, c=None,
+            dim=-1):  # fmt: skip
     keep = ~mask if invert else mask
-    s = q @ k.mT / math.sqrt(q.shape[-1])
+    s = q @ k.mT * (1 / math.sqrt(q.shape[-1]) if c is None else c)
     if after:
         return (torch.softmax(s, -1) * keep) @ v
-    w = torch.softmax(s.masked_fill(~keep, fill), -1)
+    w = torch.softmax(s.masked_fill(~keep, fill), dim)
     return (w.nan_to_num(0.0) if guard else w) @ v
+
+
+def _masked_naive(q, k, v, mask):  # exp of raw scores; empty rows zeroed through nan_to_num
+    e = (q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(~mask, float("-inf")).exp()
+    return torch.nan_to_num(e / e.sum(-1, keepdim=True)) @ v
+
+
+def _gqa_by_hand(q, k, v, c=None, dim=-1, soft=True, naive=False, weights=False, keys=False):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = q @ k.mT * (q.shape[-1] ** -0.5 if c is None else c)
+    w = s.softmax(dim) if soft else s
+    if naive:
+        w = s.exp() / s.exp().sum(-1, keepdim=True)
+    return w if weights else w @ (k if keys else v)
 
 
 def _rot(x, p):
@@ -401,6 +417,43 @@ def _decode(q, k, v, ck, cv, off=0, rq=True, rk=True, append=True, read_new=True
     return (out, keys, values) if append else (out, ck, cv)
 
 
+def _decode_by_hand(q, k, v, ck, cv, sign=1, exponent=2, cos_only=False, angles=None, c=None,
+                    dim=-1, soft=True, naive=False, weights=False, keys_read=False):  # fmt: skip
+    d, p = q.shape[-1], ck.shape[-2]  # p: a Python int
+    if angles == "half_freqs":  # a Python int times float16 frequencies: rounded to float16
+        ang = p * 10000.0 ** (-torch.arange(0, d, 2, dtype=q.dtype) / d)
+    elif angles == "half_position":  # the position held in q's dtype, the rest in float32
+        inv = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)
+        ang = torch.tensor(p).to(q.dtype).float() * inv
+    else:
+        ang = sign * p * 10000.0 ** (-exponent * torch.arange(d // 2, dtype=torch.float64) / d)
+    cos, sin = ang.cos().to(q.dtype), ang.sin().to(q.dtype)
+    sin = sin * 0 if cos_only else sin
+
+    def turn(x):
+        a, b = x.chunk(2, -1)
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+
+    keys, values = torch.cat([ck, turn(k)], -2), torch.cat([cv, v], -2)
+    s = turn(q) @ keys.mT * (d**-0.5 if c is None else c)
+    w = s.softmax(dim) if soft else s
+    if naive:
+        w = s.exp() / s.exp().sum(-1, keepdim=True)
+    return (w if weights else w @ (keys if keys_read else values)), keys, values
+
+
+def _rope16(x, positions, only_positions=False):  # angles or positions in x's own dtype
+    d = x.shape[-1]
+    if only_positions:
+        ang = positions.to(x.dtype).double()[:, None] * 10000.0 ** (
+            -torch.arange(0, d, 2).double() / d)  # fmt: skip
+    else:
+        ang = positions[:, None] * 10000.0 ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+
+
 def _decode_interleaved(q, k, v, ck, cv):  # adjacent pairs for the new token only
     at = torch.tensor([ck.shape[-2]])
     qq, kk = (attnbook.rope.apply_rope(x, at, layout="interleaved") for x in (q, k))
@@ -408,10 +461,13 @@ def _decode_interleaved(q, k, v, ck, cv):  # adjacent pairs for the new token on
     return attnbook.attention.attention(qq, keys, values), keys, values
 
 
-def _bwd(q, k, v, out, lse, d_out, row=True, total=False, scale_s=True, use_lse=True, sg=True):
-    c = 1 / math.sqrt(q.shape[-1])
+def _bwd(q, k, v, out, lse, d_out, row=True, total=False, scale_s=True, use_lse=True, sg=True,
+         c=None, exp_over_exp=False):  # fmt: skip
+    c = 1 / math.sqrt(q.shape[-1]) if c is None else c
     s = q @ k.mT * (c if scale_s else 1)
     p = (s - lse[..., None]).exp() if use_lse else s.exp()
+    if exp_over_exp:  # mathematically exp(s - lse), but exp(s) overflows first
+        p = s.exp() / lse.exp()[..., None]
     d = (d_out * out).sum((-2, -1) if total else -1, keepdim=True) if row else 0
     ds = p * (d_out @ v.mT - d)
     g = c if sg else 1
@@ -499,6 +555,8 @@ PLANTED = {
         "not_broadcastable": lambda n, t: torch.arange(t) < torch.tensor(n)[:, None],
         "left_padded": lambda n, t: (torch.arange(t) >= t - torch.tensor(n)[:, None])[
             :, None, None],
+        "float_mask": lambda n, t: torch.where(
+            torch.arange(t) < torch.tensor(n)[:, None], 0.0, float("-inf"))[:, None, None],
     },
     "apply_rope": {
         "rotates_backwards": lambda x, p: _rope(x, p, sign=-1),
@@ -507,6 +565,8 @@ PLANTED = {
         "frequency_not_inverted": lambda x, p: _rope(x, p, exponent=-2),
         "ignores_positions": lambda x, p: _rope(x, p, ignore=True),
         "missing_sine_term": lambda x, p: _rope(x, p, cos_only=True),
+        "angles_in_16_bit": _rope16,
+        "positions_in_16_bit": lambda x, p: _rope16(x, p, only_positions=True),
     },
     "attention_flops": {
         "macs_not_flops": lambda t_q, t_k, heads, d_k, d_v: heads * t_q * t_k * (d_k + d_v),
@@ -533,6 +593,20 @@ PLANTED = {
         "added_as_numbers": lambda q, k, v, m: torch.softmax(
             q @ k.mT / math.sqrt(q.shape[-1]) + m, -1) @ v,
         "mask_ignored": lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v),
+        "no_scale": lambda q, k, v, m: _masked(q, k, v, m, c=1.0),
+        "scale_by_dk": lambda q, k, v, m: _masked(q, k, v, m, c=1 / q.shape[-1]),
+        "scale_multiplies": lambda q, k, v, m: _masked(q, k, v, m, c=q.shape[-1] ** 0.5),
+        "precedence_half": lambda q, k, v, m: _masked(q, k, v, m, c=1 / (q.shape[-1] ** 1 / 2)),
+        "scale_uses_token_count": lambda q, k, v, m: _masked(q, k, v, m,
+                                                             c=k.shape[-2] ** -0.5),
+        "softmax_over_queries": lambda q, k, v, m: _masked(q, k, v, m, dim=-2),
+        "no_softmax": lambda q, k, v, m: (q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(
+            ~m, 0.0) @ v,
+        "returns_weights": lambda q, k, v, m: torch.softmax(
+            (q @ k.mT / math.sqrt(q.shape[-1])).masked_fill(~m, float("-inf")), -1
+        ).nan_to_num(0.0),
+        "keys_as_values": lambda q, k, v, m: _masked(q, k, k, m),
+        "unstable_softmax": _masked_naive,
     },
     "gqa_attention": {
         "repeat_not_interleave": lambda q, k, v: F.scaled_dot_product_attention(
@@ -546,6 +620,18 @@ PLANTED = {
         "group_size_inverted": lambda q, k, v: F.scaled_dot_product_attention(
             q, k.repeat_interleave(k.shape[1] // q.shape[1], 1),
             v.repeat_interleave(k.shape[1] // q.shape[1], 1)),
+        "no_scale": lambda q, k, v: F.scaled_dot_product_attention(
+            q, k.repeat_interleave(q.shape[1] // k.shape[1], 1),
+            v.repeat_interleave(q.shape[1] // k.shape[1], 1), scale=1.0),
+        "scale_by_dk": lambda q, k, v: _gqa_by_hand(q, k, v, c=1 / q.shape[-1]),
+        "scale_multiplies": lambda q, k, v: _gqa_by_hand(q, k, v, c=math.sqrt(q.shape[-1])),
+        "precedence_half": lambda q, k, v: _gqa_by_hand(q, k, v, c=1 / (q.shape[-1] ** 1 / 2)),
+        "scale_uses_token_count": lambda q, k, v: _gqa_by_hand(q, k, v, c=k.shape[-2] ** -0.5),
+        "softmax_over_queries": lambda q, k, v: _gqa_by_hand(q, k, v, dim=-2),
+        "no_softmax": lambda q, k, v: _gqa_by_hand(q, k, v, soft=False),
+        "returns_weights": lambda q, k, v: _gqa_by_hand(q, k, v, weights=True),
+        "keys_as_values": lambda q, k, v: _gqa_by_hand(q, k, v, keys=True),
+        "unstable_softmax": lambda q, k, v: _gqa_by_hand(q, k, v, naive=True),
     },
     "decode_step": {
         "position_zero": lambda *a: _decode(*a, off=-10**6),
@@ -557,6 +643,23 @@ PLANTED = {
         "query_not_rotated": lambda *a: _decode(*a, rq=False),
         "cache_rotated_again": lambda *a: _decode(*a, again=True),
         "interleaved_layout": lambda q, k, v, ck, cv: _decode_interleaved(q, k, v, ck, cv),
+        "rotates_backwards": lambda *a: _decode_by_hand(*a, sign=-1),
+        "frequency_exponent_halved": lambda *a: _decode_by_hand(*a, exponent=1),
+        "frequency_not_inverted": lambda *a: _decode_by_hand(*a, exponent=-2),
+        "missing_sine_term": lambda *a: _decode_by_hand(*a, cos_only=True),
+        "angles_in_16_bit": lambda *a: _decode_by_hand(*a, angles="half_freqs"),
+        "positions_in_16_bit": lambda *a: _decode_by_hand(*a, angles="half_position"),
+        "no_scale": lambda *a: _decode_by_hand(*a, c=1.0),
+        "scale_by_dk": lambda *a: _decode_by_hand(*a, c=1 / a[0].shape[-1]),
+        "scale_multiplies": lambda *a: _decode_by_hand(*a, c=math.sqrt(a[0].shape[-1])),
+        "precedence_half": lambda *a: _decode_by_hand(*a, c=1 / (a[0].shape[-1] ** 1 / 2)),
+        "scale_uses_token_count": lambda *a: _decode_by_hand(
+            *a, c=(a[3].shape[-2] + 1) ** -0.5),
+        "softmax_over_queries": lambda *a: _decode_by_hand(*a, dim=-2),
+        "no_softmax": lambda *a: _decode_by_hand(*a, soft=False),
+        "returns_weights": lambda *a: _decode_by_hand(*a, weights=True),
+        "keys_as_values": lambda *a: _decode_by_hand(*a, keys_read=True),
+        "unstable_softmax": lambda *a: _decode_by_hand(*a, naive=True),
     },
     "attention_backward": {
         "no_row_term": lambda *a: _bwd(*a, row=False),
@@ -564,6 +667,12 @@ PLANTED = {
         "scores_not_scaled": lambda *a: _bwd(*a, scale_s=False),
         "lse_ignored": lambda *a: _bwd(*a, use_lse=False),
         "grads_not_scaled": lambda *a: _bwd(*a, sg=False),
+        "no_scale": lambda *a: _bwd(*a, c=1.0),
+        "scale_by_dk": lambda *a: _bwd(*a, c=1 / a[0].shape[-1]),
+        "scale_multiplies": lambda *a: _bwd(*a, c=math.sqrt(a[0].shape[-1])),
+        "precedence_half": lambda *a: _bwd(*a, c=1 / (a[0].shape[-1] ** 1 / 2)),
+        "scale_uses_token_count": lambda *a: _bwd(*a, c=a[1].shape[-2] ** -0.5),
+        "unstable_softmax": lambda *a: _bwd(*a, exp_over_exp=True),
     },
     "induction_score": {
         "targets_previous_occurrence": lambda w, n: _ind(w, n, shift=0),

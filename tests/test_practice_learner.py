@@ -395,7 +395,8 @@ WRONG = [  # (exercise, function, the catalogued mistake it is, or None)
     ("padding_mask", padding_cached_by_shape, None),
     ("kv_cache_bytes", kv_float32, None),
     ("attention_flops", flops_float32, None),
-    ("attention_backward", backward_without_max, None),
+    # The softmax slips of attention are catalogued for every exercise with the step now.
+    ("attention_backward", backward_without_max, "unstable_softmax"),
     ("masked_attention", masked_fill_too_large_for_half, None),
     ("attention", att_scale_axis_1, None),
     ("attention", att_exp_direct, "unstable_softmax"),
@@ -421,7 +422,7 @@ WRONG = [  # (exercise, function, the catalogued mistake it is, or None)
      "not_broadcastable"),
     ("padding_mask", lambda n, t: (torch.arange(t) >= t - torch.tensor(n)[:, None]).view(
         len(n), 1, 1, t), "left_padded"),
-    ("apply_rope", rope_fp16_angles, None),
+    ("apply_rope", rope_fp16_angles, "angles_in_16_bit"),
     ("apply_rope", rope_even_odd, "interleaved_pairs"),
     ("apply_rope", rope_chunk_index, "ignores_positions"),
     ("attention_flops", flops_half_value, None),
@@ -429,14 +430,16 @@ WRONG = [  # (exercise, function, the catalogued mistake it is, or None)
     ("merge", merge_keep_a_max, None),
     ("merge", merge_plain_sum, "no_rescale"),
     ("masked_attention", masked_mha_convention, "inverted"),
-    ("masked_attention", masked_renormalised, "nan_on_fully_masked"),
+    # NaN on empty rows, and (since the case of float32 scores up to 134) a second fault: the
+    # softmax over every key underflows the allowed weights when a masked key dominates.
+    ("masked_attention", masked_renormalised, None),
     ("masked_attention", masked_minus_1e4, "empty_row_reads_average"),
     ("gqa_attention", gqa_tile, "repeat_not_interleave"),
     ("gqa_attention", gqa_ratio_inverted, "group_size_inverted"),
     ("gqa_attention", gqa_never_expanded, "kv_heads_not_expanded"),
     ("decode_step", decode_last_position, "position_of_last_cached"),
     ("decode_step", decode_forgets_cache, "cache_not_appended"),
-    ("decode_step", decode_fp16_angles, None),
+    ("decode_step", decode_fp16_angles, "angles_in_16_bit"),
     ("attention_backward", backward_d_from_dp, None),
     ("attention_backward", backward_no_d, "no_row_term"),
     ("induction_score", induction_on_copy, "targets_previous_occurrence"),

@@ -17,11 +17,15 @@ runs with uninitialised memory filled with NaN (``torch.empty`` never passes by 
 the default dtype and grad mode it may change are put back after each call.
 
 ``check`` never raises for anything ``fn`` does (``SystemExit`` included), stops a call
-that runs past :data:`TIME_LIMIT_S` seconds and a whole check :data:`TOTAL_LIMIT_S`
-seconds after its first case (the verdict then says how many cases finished); only
-``KeyboardInterrupt`` (Jupyter's interrupt button) is passed on, so that a reader can
-always stop a cell. What a function may return (dtypes, tuples, numbers) follows one set of
-rules, in :mod:`attnbook.practice._compare` and in every ``describe(name)``.
+that runs past :data:`TIME_LIMIT_S` seconds (the first call that does is tried once more, in
+case it was importing a library, and the verdict says so: a function that never returns is
+stopped after two limits) and a whole check :data:`TOTAL_LIMIT_S` seconds after its first
+case (the verdict then says how many cases finished); only ``KeyboardInterrupt`` (Jupyter's
+interrupt button) is passed on, so that a reader can always stop a cell. What ``fn`` prints
+is kept out of the notebook; the verdict quotes its first lines and says how many it printed.
+What a function may return (dtypes, tuples, numbers) follows one set of rules, in
+:mod:`attnbook.practice._compare` and in every ``describe(name)``; a count that is the exact
+one wrapped around 32 bits or rounded to float32 is told so.
 
 On request: ``describe(name)`` gives one exercise's contract and the rules its checker
 applies, ``hint(name)`` a nudge, ``solution(name)`` a worked solution, and ``progress()``
@@ -45,7 +49,9 @@ name                signature                                                   
 ``merge``           ``merge(a, b)`` on online-softmax states ``(m, l, u)``               8
 ==================  ==================================================================  =====
 
-Exercises added for issue 30, each with its own catalogue of mistakes:
+Exercises added for issue 30, each with its own catalogue of mistakes (a slip of a step that
+several exercises share, such as a missing √dk, a softmax over the wrong axis or over raw
+scores, or RoPE angles in 16 bits, has the same id in each of them):
 
 * ``gqa_attention(q, k, v)``: grouped-query attention, ``Hq`` a multiple of ``Hkv`` (ch. 3);
 * ``masked_attention(q, k, v, mask)``: True = may attend, a fully masked row reads 0 (ch. 4);
@@ -161,7 +167,8 @@ def _output_rule(exercise: Exercise) -> str:
         return (
             "It is called with keyword arguments. A count may be an int, a float, a NumPy "
             "scalar or a 0-d tensor, and must equal the exact count (not a bool, not a "
-            "tensor with a dimension)."
+            "tensor with a dimension); some counts are beyond 2**31, where 32-bit integers "
+            "overflow and float32 rounds."
         )
     rule = (
         "A tensor result must have the reference's shape and dtype; a view or a "
@@ -182,8 +189,10 @@ def describe(name: str) -> Text:
     labels = "\n".join(f"  {case.label}" for case in exercise.cases)
     return Text(
         f"{exercise.signature}\n\n{_contract(exercise)}\n\n"
-        f"Rules: {_output_rule(exercise)} Each call may take at most {TIME_LIMIT_S:g} s, "
-        f"the cases after the first {TOTAL_LIMIT_S:g} s together.\n"
+        f"Rules: {_output_rule(exercise)} Each call may take at most {TIME_LIMIT_S:g} s (the "
+        "first call that runs out is tried once more, in case it was importing a library), "
+        f"the cases after the first {TOTAL_LIMIT_S:g} s together. What it prints is kept out "
+        "of the notebook; the verdict quotes the first lines.\n"
         f"The checker runs it on {len(exercise.cases)} cases:\n{labels}\n"
         f"Catalogued mistakes: {len(exercise.mistakes)} (MISTAKES[{name!r}]). "
         f"hint({name!r}) and solution({name!r}) on request."
@@ -250,9 +259,11 @@ def check(name: str, fn: Callable[..., Any]) -> Result:
         (the chapter runs on) with status ``"not attempted"``, and ``bool(result)`` False.
         Whatever ``fn`` raises (``SystemExit`` too) is reported in the message, never
         propagated; a call that runs past :data:`TIME_LIMIT_S` seconds is stopped and
-        reported, and the check stops :data:`TOTAL_LIMIT_S` seconds after the first case,
+        reported (the first such call is tried once more, and the verdict says it was tried
+        twice), and the check stops :data:`TOTAL_LIMIT_S` seconds after the first case,
         saying how many cases finished. ``KeyboardInterrupt`` is passed on, so that a cell
-        can always be interrupted.
+        can always be interrupted. What ``fn`` prints is captured: ``result.printed`` counts
+        the lines and the message quotes the first few.
 
     Raises:
         ValueError: ``name`` is not an exercise.

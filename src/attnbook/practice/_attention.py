@@ -18,7 +18,16 @@ import math
 
 import torch
 
-from attnbook.practice._exercise import Case, Exercise, Mistake, randn, small_ints
+from attnbook.attention import softmax as _zero_row_softmax
+from attnbook.practice._exercise import (
+    Case,
+    Exercise,
+    Family,
+    Mistake,
+    from_families,
+    randn,
+    small_ints,
+)
 
 
 def _scores(q, k, scale):
@@ -36,9 +45,51 @@ def attention(q, k, v):
     return _mix(q, k, v)
 
 
-def _naive_softmax_attention(q, k, v):
-    e = torch.exp((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1]))
-    return (e / e.sum(-1, keepdim=True)) @ v
+def attend(q, k, v, mask=None, *, scale=None, dim=-1, softmax="stable", output="out",
+           values="v", guard="weights"):  # fmt: skip
+    """Attention as the references compute it (float64 inside, the result in ``q``'s dtype, a
+    row with no allowed key reading zeros), with the knobs of the shared mistakes below.
+
+    Args:
+        scale: ``(dk, tk) -> factor`` of the scores; None for ``1 / sqrt(dk)``.
+        dim: the axis the softmax normalises (-2: over the queries).
+        softmax: ``"stable"`` (the reference's), ``"naive"`` (``exp`` of the raw scores in
+            the inputs' own dtype, as a reader writes it: it overflows where theirs does),
+            ``"plain"`` (``torch.softmax``: NaN where every entry is masked), ``"none"`` (the
+            scaled scores, the masked ones zeroed, as weights) or ``"none_inf"`` (the same
+            with the masked ones left at -inf).
+        output: ``"out"``, or ``"weights"`` (the weights returned instead of the mixture).
+        values: ``"v"``, or ``"k"`` (the weights multiply the keys).
+        guard: with a mask and ``softmax="naive"``, how the reader keeps an empty row from
+            NaN: ``"weights"`` (``nan_to_num`` on the weights, which also zeroes a row that
+            overflowed) or ``"rows"`` (rows with no allowed key set to zero afterwards).
+    """
+    dk, tk = q.shape[-1], k.shape[-2]
+    read = v if values == "v" else k
+    if softmax == "naive":
+        s = q @ k.transpose(-2, -1)
+        s = s / math.sqrt(dk) if scale is None else s * scale(dk, tk)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        e = torch.exp(s)
+        w = e / e.sum(dim, keepdim=True)
+        if mask is not None and guard == "weights":
+            w = w.nan_to_num(nan=0.0)
+        if output == "weights":
+            return w
+        out = w @ read
+        if mask is not None and guard == "rows":
+            out = torch.where(mask.any(-1, keepdim=True), out, 0.0)
+        return out
+    s = _scores(q, k, 1 / math.sqrt(dk) if scale is None else scale(dk, tk))
+    if softmax in ("none", "none_inf"):
+        fill = 0.0 if softmax == "none" else float("-inf")
+        w = s if mask is None else s.masked_fill(~mask, fill)
+    elif softmax == "plain":
+        w = torch.softmax(s if mask is None else s.masked_fill(~mask, float("-inf")), dim)
+    else:
+        w = _zero_row_softmax(s if mask is None else s.masked_fill(~mask, float("-inf")), dim)
+    return (w if output == "weights" else w @ read.double()).to(q.dtype)
 
 
 def _manual_max_attention(q, k, v):
@@ -120,6 +171,103 @@ _PRECEDENCE = (
 )
 _PRECEDENCE_HINT = "Operator precedence: ** binds tighter than /. Print your scale for dk = 16."
 
+# The slips of the scale, shared by every exercise that scales scores (knob: scale(dk, tk)).
+SCALE_FAMILIES = (
+    Family(
+        "no_scale",
+        "the scores are not divided by √dk.",
+        _SCALE_HINT,
+        "ch-sqrt-dk; the factor of Vaswani et al. (2017)",
+        ({"scale": lambda dk, tk: 1.0},),
+    ),
+    Family(
+        "scale_by_dk",
+        "the scores are divided by dk instead of √dk (or q and k are each divided by √dk).",
+        _SCALE_HINT,
+        "ch-sqrt-dk",
+        ({"scale": lambda dk, tk: 1 / dk},),
+    ),
+    Family(
+        "scale_multiplies",
+        "the scores are multiplied by √dk instead of divided.",
+        _SCALE_HINT,
+        "ch-sqrt-dk",
+        ({"scale": lambda dk, tk: math.sqrt(dk)},),
+    ),
+    Family(
+        "precedence_half",
+        _PRECEDENCE,
+        _PRECEDENCE_HINT,
+        "a Python precedence slip",
+        ({"scale": lambda dk, tk: 2 / dk}, {"scale": lambda dk, tk: 0.5 / dk}),
+    ),
+    Family(
+        "scale_uses_token_count",
+        "the scale uses the number of keys Tk where it needs the feature width dk.",
+        "Which axis of k holds the features? Index it from the end (-1), so that batch and "
+        "head axes cannot shift it.",
+        "shape indexing on batched tensors",
+        ({"scale": lambda dk, tk: 1 / math.sqrt(max(tk, 1))},),
+    ),
+)
+
+_UNSTABLE = (
+    "the softmax exponentiates raw scores; exp() overflows (about 88 in float32, 11 in "
+    "float16) and inf / inf gives NaN."
+)
+_UNSTABLE_HINT = (
+    "Chapter 2: adding a constant to every score in a row changes no weight. Which constant "
+    "keeps every exponent at or below 0?"
+)
+
+# The slips of the softmax and the mixture, shared by every exercise that computes attention
+# (knobs of attend()).
+SOFTMAX_FAMILIES = (
+    Family(
+        "softmax_over_queries",
+        "the softmax runs over the query axis, so the weights sum to 1 down each column "
+        "instead of along each query's row.",
+        "Each query distributes one unit of attention over the keys. Which axis of the "
+        "(Tq, Tk) score matrix is the key axis?",
+        "ch-deriving, the contract's row sums",
+        ({"dim": -2},),
+    ),
+    Family(
+        "no_softmax",
+        "the scaled scores are used as weights without a softmax.",
+        "Weights should be non-negative and sum to 1 per query; raw scores are neither.",
+        "ch-deriving, attempt 1",
+        ({"softmax": "none"},),
+    ),
+    Family(
+        "returns_weights",
+        "the function returns the attention weights, not the weighted sum of the values.",
+        "The output holds one dv-vector per query: what do the weights multiply?",
+        "ch-deriving",
+        ({"output": "weights"},),
+    ),
+    Family(
+        "keys_as_values",
+        "the weights multiply the keys instead of the values.",
+        "Keys decide how much to read; values are what is read.",
+        "ch-deriving, attempt 2 (three roles)",
+        ({"values": "k"},),
+    ),
+    Family(
+        "unstable_softmax",
+        _UNSTABLE,
+        _UNSTABLE_HINT,
+        "ch-sqrt-dk (shift invariance) and ch-flash exercise 2",
+        ({"softmax": "naive"},),
+    ),
+)
+
+_HALF_HINT_ATTENTION = (
+    "In 16 bits exp() overflows above about 11 (float16's largest number is 65504) and long "
+    "sums lose digits: subtract each row's max before exp(), or compute the scores and the "
+    "softmax in float32 and cast the result back to q.dtype."
+)
+
 
 def solution_attention(q, k, v):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
@@ -137,52 +285,17 @@ ATTENTION = Exercise(
     hint="Build it in three steps and check each on the hand case: scores q @ k^T scaled by "
     "1/sqrt(dk) with shape (Tq, Tk), a softmax that makes each query's row sum to 1, then "
     "the weighted sum of the values.",
+    half_hint=_HALF_HINT_ATTENTION,
     mistakes=(
-        Mistake("no_scale", "the scores are not divided by √dk.", _SCALE_HINT,
-                "ch-sqrt-dk; the factor of Vaswani et al. (2017)",
-                lambda q, k, v: _mix(q, k, v, scale=1.0)),
-        Mistake("scale_by_dk", "the scores are divided by dk instead of √dk (or q and k "
-                "are each divided by √dk).", _SCALE_HINT, "ch-sqrt-dk",
-                lambda q, k, v: _mix(q, k, v, scale=1 / q.shape[-1])),
-        Mistake("scale_multiplies", "the scores are multiplied by √dk instead of divided.",
-                _SCALE_HINT, "ch-sqrt-dk",
-                lambda q, k, v: _mix(q, k, v, scale=math.sqrt(q.shape[-1]))),
-        Mistake("precedence_half", _PRECEDENCE, _PRECEDENCE_HINT, "a Python precedence slip",
-                lambda q, k, v: _mix(q, k, v, scale=2 / q.shape[-1]),
-                (lambda q, k, v: _mix(q, k, v, scale=0.5 / q.shape[-1]),)),
-        Mistake("scale_uses_token_count", "the scale uses the number of keys Tk where it "
-                "needs the feature width dk.", "Which axis of k holds the features? Index it "
-                "from the end (-1), so that batch and head axes cannot shift it.",
-                "shape indexing on batched tensors",
-                lambda q, k, v: _mix(q, k, v, scale=1 / math.sqrt(max(k.shape[-2], 1)))),
-        Mistake("softmax_over_queries", "the softmax runs over the query axis, so the weights "
-                "sum to 1 down each column instead of along each query's row.", "Each query "
-                "distributes one unit of attention over the keys. Which axis of the (Tq, Tk) "
-                "score matrix is the key axis?", "ch-deriving, the contract's row sums",
-                lambda q, k, v: _mix(q, k, v, dim=-2)),
-        Mistake("no_softmax", "the scaled scores are used as weights without a softmax.",
-                "Weights should be non-negative and sum to 1 per query; raw scores are neither.",
-                "ch-deriving, attempt 1",
-                lambda q, k, v: ((q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])) @ v),
-        Mistake("returns_weights", "the function returns the attention weights, not the "
-                "weighted sum of the values.", "The output holds one dv-vector per query: "
-                "what do the weights multiply?", "ch-deriving",
-                lambda q, k, v: torch.softmax(_scores(q, k, 1 / math.sqrt(q.shape[-1])),
-                                              -1).to(q.dtype)),
-        Mistake("keys_as_values", "the weights multiply the keys instead of the values.",
-                "Keys decide how much to read; values are what is read.",
-                "ch-deriving, attempt 2 (three roles)",
-                lambda q, k, v: _mix(q, k, k)),
+        *from_families(SCALE_FAMILIES, lambda **knobs: lambda q, k, v: attend(q, k, v, **knobs)),
+        *from_families(SOFTMAX_FAMILIES[:4],
+                       lambda **knobs: lambda q, k, v: attend(q, k, v, **knobs)),
         Mistake("queries_keys_swapped", "the scores are k @ q^T, so keys play the queries' "
                 "role.", "Row i of the scores must belong to query i: its shape is (Tq, Tk).",
                 "ch-deriving, attempt 2",
                 lambda q, k, v: _mix(k, q, v)),
-        Mistake("unstable_softmax", "the softmax exponentiates raw scores; exp() overflows "
-                "(about 88 in float32, 11 in float16) and inf / inf gives NaN.",
-                "Chapter 2: adding a constant to every score in a row changes no weight. "
-                "Which constant keeps every exponent at or below 0?",
-                "ch-sqrt-dk (shift invariance) and ch-flash exercise 2",
-                _naive_softmax_attention),
+        *from_families(SOFTMAX_FAMILIES, lambda **knobs: lambda q, k, v: attend(q, k, v, **knobs),
+                       "unstable_softmax"),
         Mistake("crashes_without_keys", "a hand-written stable softmax takes the max over "
                 "the key axis, which fails when there are no keys (Tk = 0).", "A query with no "
                 "key to read gets a zero output in this book. Handle the empty key axis "
@@ -240,21 +353,8 @@ SCALED_SCORES = Exercise(
         }),
     ),
     mistakes=(
-        Mistake("no_scale", "the scores are not divided by √dk.", _SCALE_HINT,
-                "ch-sqrt-dk", lambda q, k: _scaled(q, k, 1.0)),
-        Mistake("scale_by_dk", "the scores are divided by dk instead of √dk (or q and k are "
-                "each divided by √dk).", _SCALE_HINT, "ch-sqrt-dk",
-                lambda q, k: _scaled(q, k, 1 / q.shape[-1])),
-        Mistake("scale_multiplies", "the scores are multiplied by √dk instead of divided.",
-                _SCALE_HINT, "ch-sqrt-dk",
-                lambda q, k: _scaled(q, k, math.sqrt(q.shape[-1]))),
-        Mistake("precedence_half", _PRECEDENCE, _PRECEDENCE_HINT, "a Python precedence slip",
-                lambda q, k: _scaled(q, k, 2 / q.shape[-1]),
-                (lambda q, k: _scaled(q, k, 0.5 / q.shape[-1]),)),
-        Mistake("scale_uses_token_count", "the scale uses the number of keys Tk where it "
-                "needs the feature width dk.", "Which axis of k holds the features? Index it "
-                "from the end (-1).", "shape indexing on batched tensors",
-                lambda q, k: _scaled(q, k, 1 / math.sqrt(max(k.shape[-2], 1)))),
+        *from_families(SCALE_FAMILIES, lambda *, scale: lambda q, k: _scaled(
+            q, k, scale(q.shape[-1], k.shape[-2]))),
         Mistake("transposed", "the result is k @ q^T, of shape (Tk, Tq).", "Row i should "
                 "hold query i's scores against every key.", "ch-deriving, attempt 2",
                 lambda q, k: _scaled(k, q, 1 / math.sqrt(q.shape[-1]))),

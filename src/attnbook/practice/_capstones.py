@@ -9,7 +9,9 @@ the prefix-matching (induction) score of a head.
     scores ``S``, ``dV = P^T dO``, ``dS = P * (dO V^T - D)`` with ``D = rowsum(dO * O)``, ``dQ =
     dS K / sqrt(dk)`` and ``dK = dS^T Q / sqrt(dk)`` (chapter 8, the backward pass, derived).
     Returns ``(d_q, d_k, d_v)`` shaped like ``q``, ``k``, ``v``, in the dtype of ``q``.
-    Autograd on a recomputed forward is also a right answer.
+    Autograd on a recomputed forward is also a right answer. One case has float32 scores up
+    to 174, where ``exp(S)`` overflows: rebuild ``P`` as ``exp(S - lse)``, or with a stable
+    softmax.
 
 ``induction_score(weights, lengths)``
     ``weights`` ``(..., N, H, T, T)`` the attention weights of ``H`` heads on ``N`` sequences
@@ -29,7 +31,8 @@ import math
 import torch
 
 from attnbook.induction import induction_score as _induction_score
-from attnbook.practice._exercise import Case, Exercise, Mistake, randn
+from attnbook.practice._attention import SCALE_FAMILIES, SOFTMAX_FAMILIES
+from attnbook.practice._exercise import Case, Exercise, Mistake, pick, randn
 
 # --- the backward pass ------------------------------------------------------------------------
 
@@ -57,11 +60,23 @@ def solution_attention_backward(q, k, v, out, lse, d_out):
 
 
 def _backward_with(q, k, v, out, lse, d_out, *, row="rows", use_lse=True, scale_s=True,
-                   scale_grads=True):  # fmt: skip
+                   scale_grads=True, scale=None, softmax="lse"):  # fmt: skip
+    """The backward pass as a reader writes it, with knobs for each catalogued mistake;
+    ``scale(dk, tk)`` replaces 1/sqrt(dk) everywhere it is used (the shared scale slips),
+    ``softmax="naive"`` rebuilds P as exp(S) / sum exp(S), ignoring lse, and
+    ``softmax="recompute"`` recomputes the whole forward (P and out) with a stable softmax, as
+    autograd on a reader's own forward does."""
     dtype = q.dtype  # in the inputs' dtype, as a reader's code runs: float32 overflows alike
-    scale = 1 / math.sqrt(q.shape[-1])
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale(q.shape[-1], k.shape[-2])
     s = q @ k.transpose(-2, -1) * (scale if scale_s else 1.0)
-    p = torch.exp(s - lse[..., None]) if use_lse else torch.exp(s)
+    if softmax == "naive":
+        e = torch.exp(s)
+        p = e / e.sum(-1, keepdim=True)
+    elif softmax == "recompute":
+        p = torch.softmax(s, -1)
+        out = p @ v
+    else:
+        p = torch.exp(s - lse[..., None]) if use_lse else torch.exp(s)
     d_v = p.transpose(-2, -1) @ d_out
     if row == "rows":
         d = (d_out * out).sum(-1, keepdim=True)
@@ -72,6 +87,10 @@ def _backward_with(q, k, v, out, lse, d_out, *, row="rows", use_lse=True, scale_
     d_s = p * (d_out @ v.transpose(-2, -1) - d)
     g = scale if scale_grads else 1.0
     return tuple(t.to(dtype) for t in ((d_s @ k) * g, (d_s.transpose(-2, -1) @ q) * g, d_v))
+
+
+def _backward_like(**knobs):
+    return lambda *a: _backward_with(*a, **knobs)
 
 
 def _bw(tq, tk, dk, dv, lead=(), *, seed, dtype=torch.float64, scale=1.0):
@@ -145,6 +164,22 @@ ATTENTION_BACKWARD = Exercise(
         Mistake("grads_not_scaled", "dQ and dK miss the factor 1/sqrt(dk) from S = q k^T / "
                 "sqrt(dk).", "Chain rule through S = c q k^T: what multiplies dS on the way to "
                 "dQ and dK?", "ch-flash", lambda *a: _backward_with(*a, scale_grads=False)),
+        # Each scale slip made everywhere, in the formula with lse or in a forward that
+        # autograd differentiates (then P is normalised, and the output is that forward's).
+        pick(SCALE_FAMILIES, "no_scale").mistake(
+            _backward_like, more=({**SCALE_FAMILIES[0].knobs[0], "softmax": "recompute"},),
+            description="the 1/sqrt(dk) is left out everywhere: P is rebuilt from q k^T (or "
+            "the forward that autograd differentiates has no scale), and dQ and dK miss the "
+            "factor too."),
+        *(family.mistake(_backward_like,
+                         more=tuple({**k, "softmax": "recompute"} for k in family.knobs))
+          for family in SCALE_FAMILIES[1:]),
+        pick(SOFTMAX_FAMILIES, "unstable_softmax").mistake(
+            _backward_like, description="P is rebuilt with a softmax of the raw scores "
+            "(exp(S) / sum exp(S), or exp(S) / exp(lse)) instead of exp(S - lse): exp() "
+            "overflows above about 88 in float32, and inf / inf gives NaN.",
+            hint="The saved lse is what keeps every exponent at or below 0: P = exp(S - "
+            "lse) needs no sum, and never overflows."),
     ),
 )  # fmt: skip
 

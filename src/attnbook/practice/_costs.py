@@ -1,6 +1,9 @@
 """Exercises of chapters 3 and 7: the KV-cache byte count and the FLOPs of attention.
 
-Both are called with keyword arguments and must return an exact ``int``.
+Both are called with keyword arguments and must return an exact ``int``. The cases include
+counts past 2**31 and counts float32 cannot hold: a count computed in a 32-bit integer
+(``torch.int32``, ``numpy.int32``) wraps around there, and one computed in float32 rounds;
+the verdict says which happened.
 
 ``kv_cache_bytes(*, batch, layers, positions, heads, kv_heads, head_dim, dtype)``
     Bytes of the keys and values a decoder caches: ``batch`` sequences, ``layers`` layers,
@@ -101,10 +104,12 @@ KV_CACHE_BYTES = Exercise(
                 "score matrix; the cache holds one key and one value per position.",
                 "Which tensor is (T, T): the cache or the scores?", "ch-flops vs ch-multihead",
                 lambda **c: _kv(**c) * c["positions"]),
-        Mistake("not_in_bytes", "the result is in GiB or MiB (bytes / 2**30 or / 2**20), not "
-                "in bytes.", "Return the exact number of bytes as an int; convert only when "
-                "printing.", "units", lambda **c: _kv(**c) / 2**30,
-                (lambda **c: _kv(**c) / 2**20,)),
+        Mistake("not_in_bytes", "the result is in GiB or MiB (bytes / 2**30 or / 2**20, "
+                "rounded or not), not in bytes.", "Return the exact number of bytes as an "
+                "int; convert only when printing.", "units", lambda **c: _kv(**c) / 2**30,
+                (lambda **c: _kv(**c) / 2**20, lambda **c: round(_kv(**c) / 2**20),
+                 lambda **c: round(_kv(**c) / 2**30), lambda **c: _kv(**c) // 2**20,
+                 lambda **c: _kv(**c) // 2**30)),
     ),
 )  # fmt: skip
 

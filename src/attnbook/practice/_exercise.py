@@ -4,6 +4,12 @@ A mistake is recognised by behaviour: each :class:`Mistake` carries a function t
 (``wrong``), and the reader's outputs are compared with that function's outputs on every
 case. Cheap signatures (off by a factor, the mask's sense flipped, ...) are written the same
 way, usually as a one-line change of the reference.
+
+A slip that can happen in several exercises (a missing √dk wherever scores are scaled, RoPE
+angles computed in float16 wherever tokens are rotated) is written once, as a :class:`Family`:
+its id, words and the knobs that make it. Each exercise that has the step turns the family
+into its own :class:`Mistake` with a ``make(**knobs)`` that builds the exercise's function with
+that step changed, so the same slip gets the same name in every exercise that contains it.
 """
 
 from __future__ import annotations
@@ -59,6 +65,65 @@ class Mistake:
 
 
 @dataclass(frozen=True)
+class Family:
+    """A mistake shared by every exercise that contains one step (scaling the scores, a
+    softmax, the RoPE angles), as knobs rather than as one exercise's function.
+
+    Attributes:
+        id, description, hint, source: as in :class:`Mistake`.
+        knobs: one keyword dict per way of making the mistake, the commonest first; an
+            exercise's ``make(**knobs)`` returns a function with the exercise's signature.
+    """
+
+    id: str
+    description: str
+    hint: str
+    source: str
+    knobs: tuple[dict[str, Any], ...]
+
+    def mistake(
+        self,
+        make: Callable[..., Callable[..., Any]],
+        *,
+        more: tuple[dict[str, Any], ...] = (),
+        **words: str,
+    ) -> Mistake:
+        """This family's mistake in one exercise. ``more``: further knobs, for ways of making
+        it that only this exercise has (a guard for empty rows where there is a mask);
+        ``words`` may replace ``description`` or ``hint`` where the exercise's own terms say
+        it better."""
+        wrong, *others = (make(**knobs) for knobs in (*self.knobs, *more))
+        return Mistake(
+            self.id,
+            words.get("description", self.description),
+            words.get("hint", self.hint),
+            self.source,
+            wrong,
+            tuple(others),
+        )
+
+
+def pick(families: tuple[Family, ...], id: str) -> Family:
+    """The family of ``families`` with this ``id``."""
+    for family in families:
+        if family.id == id:
+            return family
+    raise ValueError(f"no such family: {id}")
+
+
+def from_families(
+    families: tuple[Family, ...], make: Callable[..., Callable[..., Any]], *ids: str
+) -> tuple[Mistake, ...]:
+    """The mistakes of ``families`` with the given ``ids`` (all when none are given), in the
+    families' order, each built with ``make``."""
+    known = {f.id for f in families}
+    unknown = set(ids) - known
+    if unknown:
+        raise ValueError(f"no such family: {', '.join(sorted(unknown))}")
+    return tuple(f.mistake(make) for f in families if not ids or f.id in ids)
+
+
+@dataclass(frozen=True)
 class Exercise:
     """An exercise: the reference, its cases and its catalogued mistakes.
 
@@ -75,6 +140,8 @@ class Exercise:
         output_names: names of the parts when the function returns a tuple.
         solution: a worked solution, written as a reader would (``solution(name)`` shows
             its source).
+        half_hint: for an exercise with float16 or bfloat16 cases, what to look at when a
+            function is right on every wider case and wrong only on the 16-bit ones.
     """
 
     name: str
@@ -87,6 +154,7 @@ class Exercise:
     keyword_call: bool = False
     output_names: tuple[str, ...] = field(default=())
     solution: Callable[..., Any] | None = None
+    half_hint: str = ""
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64, scale: float = 1.0):

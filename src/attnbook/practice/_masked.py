@@ -7,14 +7,17 @@ decoding step with a KV cache and RoPE.
     ``(B, 1, 1, Tk)`` padding mask), ``True`` = may attend (the convention of this book and
     of SDPA's boolean ``attn_mask``; ``nn.MultiheadAttention`` means the opposite). Returns
     ``softmax(q k^T / sqrt(dk), masked) v``, shape ``(..., Tq, dv)``, dtype of ``q``. A query
-    whose every key is masked gets a zero row (it reads nothing), never NaN.
+    whose every key is masked gets a zero row (it reads nothing), never NaN. One case has
+    float32 scores past 88, where ``exp`` of a raw score overflows: the softmax must be the
+    stable one.
 
 ``gqa_attention(q, k, v)``
     q ``(B, Hq, Tq, dk)``, k ``(B, Hkv, Tk, dk)``, v ``(B, Hkv, Tk, dv)`` with ``Hq`` a
     multiple of ``Hkv``: the query heads come in ``Hkv`` groups of ``g = Hq / Hkv``
     neighbours, and query head ``h`` reads key/value head ``h // g`` (as Llama's
     ``repeat_kv`` and SDPA's ``enable_gqa`` do). No mask. Returns ``(B, Hq, Tq, dv)``, dtype
-    of ``q``. ``Hkv = Hq`` is multi-head attention, ``Hkv = 1`` multi-query.
+    of ``q``. ``Hkv = Hq`` is multi-head attention, ``Hkv = 1`` multi-query. One case has
+    float32 scores past 88, as in ``masked_attention``.
 
 ``decode_step(q, k, v, cache_k, cache_v)``
     One new token per sequence: q, k, v ``(B, H, 1, d)`` its query, key and value as
@@ -24,7 +27,10 @@ decoding step with a KV cache and RoPE.
     ``apply_rope``), append its key and value to the caches, and let its query read all
     ``P + 1`` positions, itself included. Returns ``(out, cache_k, cache_v)``: ``out``
     ``(B, H, 1, d)`` and the two caches ``(B, H, P + 1, d)``, all in the dtype of ``q``.
-    The inputs are not changed (return new caches). ``P`` may be 0.
+    The inputs are not changed (return new caches). ``P`` may be 0. The cases include float16
+    and bfloat16 steps at positions that 16 bits round (4001, 1001): compute the position,
+    the frequencies and the angles in float32 or wider (as for ``apply_rope``), and a case
+    with float32 scores past 88 (a stable softmax).
 """
 
 from __future__ import annotations
@@ -35,7 +41,17 @@ import torch
 
 from attnbook.attention import softmax as _zero_row_softmax
 from attnbook.heads import split_heads as _split_heads
-from attnbook.practice._exercise import Case, Exercise, Mistake, randn, small_ints
+from attnbook.practice._attention import SCALE_FAMILIES, SOFTMAX_FAMILIES, attend
+from attnbook.practice._exercise import (
+    Case,
+    Exercise,
+    Mistake,
+    from_families,
+    pick,
+    randn,
+    small_ints,
+)
+from attnbook.practice._rope import ROPE_FAMILIES, rotate
 from attnbook.rope import apply_rope as _apply_rope
 
 _NEG_INF = float("-inf")
@@ -79,10 +95,10 @@ def _fill_native(q, k, v, mask, value):
     return torch.softmax(s.masked_fill(~mask, fill), -1) @ v
 
 
-def _qkvm(tq, tk, dk, dv, lead, mask, *, seed, dtype=torch.float64):
+def _qkvm(tq, tk, dk, dv, lead, mask, *, seed, dtype=torch.float64, scale=1.0):
     return lambda: {
-        "q": randn(*lead, tq, dk, seed=seed, dtype=dtype),
-        "k": randn(*lead, tk, dk, seed=seed + 1, dtype=dtype),
+        "q": randn(*lead, tq, dk, seed=seed, dtype=dtype, scale=scale),
+        "k": randn(*lead, tk, dk, seed=seed + 1, dtype=dtype, scale=scale),
         "v": randn(*lead, tk, dv, seed=seed + 2, dtype=dtype),
         "mask": mask.clone(),
     }
@@ -113,6 +129,10 @@ def _fp16_case():
     }
 
 
+def _masked_like(**knobs):
+    return lambda q, k, v, mask: attend(q, k, v, mask, **knobs)
+
+
 _CONVENTION_HINT = (
     "This book and SDPA use True = may attend; nn.MultiheadAttention's boolean masks use True "
     "= masked. Should a causal row 0 be allowed to read key 0?"
@@ -124,8 +144,9 @@ MASKED_ATTENTION = Exercise(
     signature="masked_attention(q, k, v, mask)",
     reference=masked_attention,
     solution=solution_masked_attention,
-    hint="Mask the scores, not the weights: give every forbidden score -inf before the "
-    "softmax, then decide what a row with no allowed key must read (chapter 4, the empty row).",
+    hint="Check each step on the hand case: the scores q @ k^T scaled by 1/sqrt(dk); every "
+    "forbidden score set to -inf before the softmax over the keys (the scores are masked, not "
+    "the weights); then what a row with no allowed key must read (chapter 4, the empty row).",
     cases=(
         Case("hand case: 4 tokens, a causal mask, dk = dv = 2", "hand", lambda: {
             "q": torch.tensor([[1.0, 0], [0, 1], [1, 1], [-1, 2]]),
@@ -147,6 +168,9 @@ MASKED_ATTENTION = Exercise(
              _fp16_case),
         Case("edge case: nothing masked", "edge",
              _qkvm(3, 4, 4, 2, (2,), torch.ones(3, 4, dtype=torch.bool), seed=219)),
+        Case("edge case: float32 scores up to 134, causal (exp overflows without the max)",
+             "edge", _qkvm(4, 5, 8, 3, (2,), _causal(4, 5), seed=246, dtype=torch.float32,
+                           scale=8.0)),
     ),
     mistakes=(
         Mistake("mask_after_softmax", "the mask is applied to the weights after a softmax "
@@ -188,6 +212,19 @@ MASKED_ATTENTION = Exercise(
         Mistake("mask_ignored", "the mask is not used: every query reads every key.",
                 "Is mask used anywhere in your function?", "ch-masking",
                 lambda q, k, v, mask: _masked_with(q, k, v, torch.ones_like(mask))),
+        *from_families(SCALE_FAMILIES, _masked_like),
+        pick(SOFTMAX_FAMILIES, "softmax_over_queries").mistake(
+            _masked_like, more=({"dim": -2, "softmax": "plain"},)),
+        pick(SOFTMAX_FAMILIES, "no_softmax").mistake(
+            _masked_like, more=({"softmax": "none_inf"},),
+            description="the scaled scores are used as weights without a softmax (the "
+            "masked ones set to 0, or left at -inf)."),
+        *from_families(SOFTMAX_FAMILIES, _masked_like, "returns_weights", "keys_as_values"),
+        pick(SOFTMAX_FAMILIES, "unstable_softmax").mistake(
+            _masked_like, more=({"softmax": "naive", "guard": "rows"},),
+            description="the softmax exponentiates raw scores; exp() overflows (about 88 in "
+            "float32, 11 in float16) and inf / inf gives NaN, or a row of zeros once "
+            "nan_to_num has cleaned it."),
     ),
 )  # fmt: skip
 
@@ -212,6 +249,14 @@ def solution_gqa_attention(q, k, v):
     return weights @ v  # (B, Hq, Tq, dv)
 
 
+def _gqa_like(**knobs):
+    def gqa(q, k, v):
+        g = q.shape[1] // k.shape[1]
+        return attend(q, k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1), **knobs)
+
+    return gqa
+
+
 def _gqa_tiled(q, k, v):  # query head h reads kv head h % Hkv
     g = q.shape[1] // k.shape[1]
     return _attend(q, k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1))
@@ -233,10 +278,10 @@ def _gqa_inverted_group_sdpa(q, k, v):  # SDPA reads zero kv heads as zeros, not
     return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
 
-def _gqa(b, hq, hkv, tq, tk, dk, dv, *, seed, dtype=torch.float64):
+def _gqa(b, hq, hkv, tq, tk, dk, dv, *, seed, dtype=torch.float64, scale=1.0):
     return lambda: {
-        "q": randn(b, hq, tq, dk, seed=seed, dtype=dtype),
-        "k": randn(b, hkv, tk, dk, seed=seed + 1, dtype=dtype),
+        "q": randn(b, hq, tq, dk, seed=seed, dtype=dtype, scale=scale),
+        "k": randn(b, hkv, tk, dk, seed=seed + 1, dtype=dtype, scale=scale),
         "v": randn(b, hkv, tk, dv, seed=seed + 2, dtype=dtype),
     }
 
@@ -254,8 +299,10 @@ GQA_ATTENTION = Exercise(
     signature="gqa_attention(q, k, v)",
     reference=gqa_attention,
     solution=solution_gqa_attention,
-    hint="Write down, for Hq = 4 and Hkv = 2, which key/value head each query head reads "
-    "(0 0 1 1), then check your expanded k: its head 1 must equal k's head 0.",
+    hint="Check each step on the hand case: which key/value head each query head reads (for "
+    "Hq = 4 and Hkv = 2: 0 0 1 1, so your expanded k's head 1 equals k's head 0), then "
+    "attention as in chapter 1 for each query head: q @ k^T scaled by 1/sqrt(dk), a softmax "
+    "over the keys, the weighted sum of the values.",
     cases=(
         Case("hand case: 4 query heads, 2 key/value heads, 2 tokens, d = 2", "hand",
              _gqa(1, 4, 2, 2, 2, 2, 2, seed=221)),
@@ -273,6 +320,8 @@ GQA_ATTENTION = Exercise(
             "q": small_ints(1, 4, 3, 4, seed=239, dtype=torch.float16, high=2),
             "k": small_ints(1, 2, 5, 4, seed=240, dtype=torch.float16, high=2),
             "v": small_ints(1, 2, 5, 2, seed=241, dtype=torch.float16, high=2)}),
+        Case("edge case: float32 scores up to 133 (exp overflows without the max)", "edge",
+             _gqa(1, 4, 2, 3, 5, 8, 2, seed=251, dtype=torch.float32, scale=8.0)),
     ),
     mistakes=(
         Mistake("repeat_not_interleave", "the key/value heads are tiled (k.repeat, or an "
@@ -297,6 +346,8 @@ GQA_ATTENTION = Exercise(
                 "The group size is the number of query heads per key/value head: with 8 "
                 "query heads and 2 kv heads, 4.", "ch-multihead, MQA/GQA",
                 _gqa_inverted_group, (_gqa_inverted_group_sdpa,)),
+        *from_families(SCALE_FAMILIES, _gqa_like),
+        *from_families(SOFTMAX_FAMILIES, _gqa_like),
     ),
 )  # fmt: skip
 
@@ -304,23 +355,43 @@ GQA_ATTENTION = Exercise(
 # --- a decoding step with a KV cache and RoPE -------------------------------------------------
 
 
-def _rope_at(x, position, layout="half"):
-    return _apply_rope(x, torch.tensor([position]), layout=layout)
-
-
 def _step(q, k, v, cache_k, cache_v, *, offset=0, rotate_q=True, rotate_k=True,
-          append=True, read_new=True, rerotate=False, layout="half"):  # fmt: skip
+          append=True, read_new=True, rerotate=False, read_only=False, layout="half",
+          rope=None, attn=None, clamp=True):  # fmt: skip
+    """A decoding step with knobs for each catalogued mistake (``rerotate``: RoPE applied
+    again to the whole cache after the append, ``"all"``, or to the old cached keys before
+    it, ``"old"``; ``read_only``: to the keys the query reads, not to the cache returned;
+    ``clamp``: a position shifted below 0 is taken as 0, else used as it is, -1 for P - 1 on
+    an empty cache);
+    ``rope`` and ``attn`` are the knobs of :func:`~attnbook.practice._rope.rotate` and
+    :func:`~attnbook.practice._attention.attend` (the shared RoPE and attention slips)."""
     p = cache_k.shape[-2] + offset
-    qr = _rope_at(q, max(p, 0), layout) if rotate_q else q
-    kr = _rope_at(k, max(p, 0), layout) if rotate_k else k
+    at = torch.tensor([max(p, 0) if clamp else p])
+    qr = rotate(q, at, layout=layout, **(rope or {})) if rotate_q else q
+    kr = rotate(k, at, layout=layout, **(rope or {})) if rotate_k else k
     keys, values = torch.cat((cache_k, kr), dim=-2), torch.cat((cache_v, v), dim=-2)
-    if rerotate:
-        keys = _apply_rope(keys, torch.arange(keys.shape[-2]))
+    stored = keys
+    if rerotate:  # "all": the whole cache after the append; "old": the cached keys only
+        if rerotate == "old":
+            again = _apply_rope(cache_k, torch.arange(cache_k.shape[-2]))
+            keys = torch.cat((again, kr), dim=-2)
+        else:
+            keys = _apply_rope(keys, torch.arange(keys.shape[-2]))
+        if not read_only:
+            stored = keys
     read_k, read_v = (keys, values) if read_new else (cache_k, cache_v)
-    out = (_zero_row_softmax(_scores(qr, read_k), -1) @ read_v.double()).to(q.dtype)
+    out = attend(qr, read_k, read_v, **(attn or {}))
     if not append:
         return out, cache_k, cache_v
-    return out, keys, values
+    return out, stored, values
+
+
+def _decode_rope(**knobs):
+    return lambda *a: _step(*a, rope=knobs)
+
+
+def _decode_attn(**knobs):
+    return lambda *a: _step(*a, attn=knobs)
 
 
 def decode_step(q, k, v, cache_k, cache_v):
@@ -344,12 +415,15 @@ def solution_decode_step(q, k, v, cache_k, cache_v):
     return weights @ cache_v, cache_k, cache_v
 
 
-def _decode(b, h, p, d, *, seed, dtype=torch.float64):
+def _decode(b, h, p, d, *, seed, dtype=torch.float64, scale=1.0, q_scale=None):
+    # q_scale: a small query keeps the scores small, so that a reader's 16-bit arithmetic
+    # with a wrong scale still matches the catalogued variant (computed in float64) there.
     def make():
-        keys = _apply_rope(randn(b, h, p, d, seed=seed + 3), torch.arange(p)).to(dtype)
+        keys = randn(b, h, p, d, seed=seed + 3, scale=scale)
+        keys = _apply_rope(keys, torch.arange(p)).to(dtype)
         return {
-            "q": randn(b, h, 1, d, seed=seed, dtype=dtype),
-            "k": randn(b, h, 1, d, seed=seed + 1, dtype=dtype),
+            "q": randn(b, h, 1, d, seed=seed, dtype=dtype, scale=q_scale or scale),
+            "k": randn(b, h, 1, d, seed=seed + 1, dtype=dtype, scale=scale),
             "v": randn(b, h, 1, d, seed=seed + 2, dtype=dtype),
             "cache_k": keys,
             "cache_v": randn(b, h, p, d, seed=seed + 4, dtype=dtype),
@@ -390,6 +464,13 @@ DECODE_STEP = Exercise(
              _decode(1, 1, 2000, 64, seed=271, dtype=torch.float32)),
         Case("edge case: float16, 1500 cached positions, d = 32", "edge",
              _decode(1, 1, 1500, 32, seed=276, dtype=torch.float16)),
+        Case("edge case: float16, 4001 cached positions (a position float16 rounds), d = 64",
+             "edge", _decode(1, 2, 4001, 64, seed=281, dtype=torch.float16,
+                                       q_scale=0.05)),
+        Case("edge case: bfloat16, 1001 cached positions, d = 64", "edge",
+             _decode(2, 1, 1001, 64, seed=286, dtype=torch.bfloat16, q_scale=0.05)),
+        Case("edge case: float32 scores up to 176, 5 cached positions (exp overflows without "
+             "the max)", "edge", _decode(2, 2, 5, 8, seed=290, dtype=torch.float32, scale=8.0)),
     ),
     mistakes=(
         Mistake("position_zero", "the new token is rotated as if it were at position 0 (its "
@@ -400,7 +481,7 @@ DECODE_STEP = Exercise(
                 lambda *a: _step(*a, offset=1)),
         Mistake("position_of_last_cached", "the new token is rotated by P - 1, the position "
                 "of the last cached token.", _POSITION_HINT, "off-by-one",
-                lambda *a: _step(*a, offset=-1)),
+                lambda *a: _step(*a, offset=-1), (lambda *a: _step(*a, offset=-1, clamp=False),)),
         Mistake("cache_not_appended", "the caches come back without the new key and value, "
                 "so the next step will not see this token.", "Return the caches with one "
                 "more position (torch.cat along the token axis).", "ch-tiny-gpt, sampling "
@@ -416,10 +497,14 @@ DECODE_STEP = Exercise(
         Mistake("query_not_rotated", "the query is used without RoPE.", "Scores compare a "
                 "rotated query with rotated keys: that is what makes them depend on the "
                 "offset only.", "ch-positions", lambda *a: _step(*a, rotate_q=False)),
-        Mistake("cache_rotated_again", "RoPE is applied to the whole cache again, so the "
-                "cached keys are turned twice.", "The cached keys already carry their "
-                "rotation; rotate only the new key.", "ch-tiny-gpt; attnbook.kv_cache",
-                lambda *a: _step(*a, rerotate=True)),
+        Mistake("cache_rotated_again", "RoPE is applied to the cached keys again (to the "
+                "whole cache after the append, or to the old keys before it; to the cache "
+                "returned, or only to the keys the query reads), so they are turned twice.",
+                "The cached keys already carry their rotation; rotate only the new key.",
+                "ch-tiny-gpt; attnbook.kv_cache", lambda *a: _step(*a, rerotate="all"),
+                (lambda *a: _step(*a, rerotate="old"),
+                 lambda *a: _step(*a, rerotate="old", read_only=True),
+                 lambda *a: _step(*a, rerotate="all", read_only=True))),
         Mistake("interleaved_layout", "the new query and key are rotated with adjacent pairs "
                 "(2p, 2p + 1; RoFormer's and Meta's layout) while the cache holds keys rotated "
                 "with split halves (p, p + d/2), the layout of attnbook.rope.apply_rope.",
@@ -427,5 +512,18 @@ DECODE_STEP = Exercise(
                 "already cached were rotated (chapter 5, the two layouts).",
                 "ch-positions, the two layouts; Hugging Face's permute on conversion",
                 lambda *a: _step(*a, layout="interleaved")),
+        *from_families(ROPE_FAMILIES, _decode_rope, "rotates_backwards",
+                       "frequency_exponent_halved", "frequency_not_inverted",
+                       "missing_sine_term"),
+        pick(ROPE_FAMILIES, "angles_in_16_bit").mistake(
+            _decode_rope, more=({"angles": "scalar"}, {"angles": "scalar_inv"})),
+        pick(ROPE_FAMILIES, "positions_in_16_bit").mistake(_decode_rope),
+        *from_families(SCALE_FAMILIES, _decode_attn),
+        pick(SOFTMAX_FAMILIES, "softmax_over_queries").mistake(
+            _decode_attn, description="the softmax runs over the query axis, which holds "
+            "one query here, so every weight is 1 and the output is the sum of the values, "
+            "not their weighted average."),
+        *from_families(SOFTMAX_FAMILIES, _decode_attn, "no_softmax", "returns_weights",
+                       "keys_as_values", "unstable_softmax"),
     ),
 )  # fmt: skip

@@ -18,11 +18,27 @@ import torch
 
 from attnbook.masks import causal_mask as _causal_mask
 from attnbook.masks import padding_mask as _padding_mask
-from attnbook.practice._exercise import Case, Exercise, Mistake
+from attnbook.practice._exercise import Case, Exercise, Family, Mistake
 
 
 def causal_mask(t_q, t_k):
     return _causal_mask(t_q, t_k)
+
+
+def _additive(mask):
+    return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+
+
+# A slip of both mask exercises (knob: how the boolean mask is turned into floats).
+_FLOAT_MASK = Family(
+    "float_mask",
+    "the mask is a float tensor (an additive 0 / -inf mask, or 1.0 and 0.0); this exercise "
+    "asks for the boolean form.",
+    "Return a torch.bool tensor with True where attending is allowed; masked_fill turns it "
+    "into -inf later.",
+    "ch-masking, a mask is added to the scores",
+    ({"as_float": _additive}, {"as_float": lambda mask: mask.float()}),
+)
 
 
 def _tril(t_q, t_k, diagonal):
@@ -85,13 +101,7 @@ CAUSAL_MASK = Exercise(
                 "instead of the past (triu in place of tril).", "Row i is query i; in a "
                 "causal row the allowed keys come first.", "ch-masking",
                 lambda t_q, t_k: ~_tril(t_q, t_k, t_k - t_q - 1)),
-        Mistake("float_mask", "the mask is a float tensor (an additive 0 / -inf mask, or 1.0 "
-                "and 0.0); this exercise asks for the boolean form.", "Return a torch.bool "
-                "tensor with True where attending is allowed; masked_fill turns it into -inf "
-                "later.", "ch-masking, a mask is added to the scores",
-                lambda t_q, t_k: torch.zeros(t_q, t_k).masked_fill(
-                    ~_causal_mask(t_q, t_k), float("-inf")),
-                (lambda t_q, t_k: _causal_mask(t_q, t_k).float(),)),
+        _FLOAT_MASK.mistake(lambda as_float: lambda t_q, t_k: as_float(_causal_mask(t_q, t_k))),
     ),
 )  # fmt: skip
 
@@ -156,5 +166,7 @@ PADDING_MASK = Exercise(
                 "padding); this exercise pads on the right.", "Right padding: the real tokens "
                 "come first.", "ch-masking exercise 3",
                 lambda lengths, t: _keys_real(lengths, t, left=True)[:, None, None, :]),
+        _FLOAT_MASK.mistake(lambda as_float: lambda lengths, t: as_float(
+            _padding_mask(lengths, t))),
     ),
 )  # fmt: skip

@@ -49,10 +49,18 @@ class Result:
             one), ``"partial"`` (a catalogued one on most failing cases), ``"timeout"``,
             ``"exception"``, ``"not_implemented"``, ``"view"``, ``"signature"``,
             ``"some_cases"`` (fails only on some cases), ``"shape"``, ``"dtype"``,
-            ``"type"``, ``"nan"``, ``"mutated"``, ``"factor"`` (one constant ratio),
+            ``"type"``, ``"nan"``, ``"values"`` (wrong finite numbers, with NaN or inf
+            elsewhere), ``"mutated"``, ``"order"`` (right outputs in another order),
+            ``"some_outputs"`` (some outputs of a tuple right everywhere), ``"count_offset"``
+            (a count off by one constant), ``"factor"`` (one constant ratio),
             ``"transposed"``, ``"offset"``, ``"row_scale"``, ``"rearranged"``, ``"precision"``
-            (a relation every failing result has with the reference), ``"generic"`` (only
-            the exercise's own hint); ``"stub"`` for a stub, ``""`` when correct.
+            (a relation every failing result has with the reference), ``"half_precision"``
+            (wrong only on the float16 and bfloat16 cases), ``"overflow"`` (a count wrapped
+            around 32 bits), ``"float32"`` (a count rounded to float32), ``"generic"`` (only
+            the exercise's own hint), ``"unreadable"`` (an output the checker could not
+            compare); ``"stub"`` for a stub, ``""`` when correct.
+        printed: how many lines the function printed (to stdout or stderr) during the
+            check. They are kept out of the notebook; ``message`` then quotes the first few.
 
     ``bool(result)`` is True only for status ``"correct"``, so ``assert check(name, fn)``
     fails on a wrong answer and on an untouched stub (whose ``passed`` is True only so that
@@ -60,9 +68,10 @@ class Result:
 
     Raises:
         TypeError: ``exercise`` or ``message`` not a ``str``, ``passed`` not a ``bool``,
-            ``mistake`` neither a ``str`` nor None.
-        ValueError: an unknown ``status``, ``passed`` that contradicts it, or a ``mistake``
-            given without status ``"known mistake"`` (or missing with it).
+            ``mistake`` neither a ``str`` nor None, ``printed`` not an ``int``.
+        ValueError: an unknown ``status``, ``passed`` that contradicts it, a ``mistake``
+            given without status ``"known mistake"`` (or missing with it), or a negative
+            ``printed``.
     """
 
     exercise: str
@@ -72,6 +81,7 @@ class Result:
     status: Status
     cases: tuple[str, ...] = field(default=())
     kind: str = ""
+    printed: int = 0
 
     def __bool__(self) -> bool:
         return self.status == "correct"
@@ -86,6 +96,10 @@ class Result:
             raise TypeError("cases must be a tuple of str")
         if not isinstance(self.kind, str):
             raise TypeError(f"kind must be a str, got {type(self.kind).__name__}")
+        if isinstance(self.printed, bool) or not isinstance(self.printed, int):
+            raise TypeError(f"printed must be an int, got {type(self.printed).__name__}")
+        if self.printed < 0:
+            raise ValueError(f"printed must be >= 0, got {self.printed}")
         if self.mistake is not None and not isinstance(self.mistake, str):
             raise TypeError(f"mistake must be a str or None, got {type(self.mistake).__name__}")
         if self.status not in _TITLES:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from attnbook.heads import split_heads as _split_heads
-from attnbook.practice._exercise import Case, Exercise, Mistake, randn
+from attnbook.practice._exercise import Case, Exercise, Family, Mistake, from_families, pick, randn
 from attnbook.rope import apply_rope as _apply_rope
 
 
@@ -24,12 +24,56 @@ def apply_rope(x, positions):
     return _apply_rope(x, positions)
 
 
-def _turn(x, positions, *, sign=1.0, exponent=2.0, layout="half", cos_only=False):
-    """RoPE in float64 with knobs for each catalogued mistake."""
-    d = x.shape[-1]
+def _frequencies16(d, h, form):
+    """The frequencies as a reader computes them in dtype ``h`` (``pow``: ``10000 **
+    (-2p/d)``; ``inv``: ``1 / 10000 ** (2p/d)``); each rounds in its own way in 16 bits."""
+    two_p = torch.arange(0, d, 2, dtype=h)
+    return 10000.0 ** (-two_p / d) if form == "pow" else 1.0 / (10000 ** (two_p / d))
+
+
+def angles_as(positions, d, dtype, recipe=None, *, sign=1.0, exponent=2.0):
+    """The angles ``(T, d/2)`` in float64, as a reader's recipe holds them.
+
+    ``recipe`` None is the reference (float64 throughout). The others are the 16-bit slips,
+    run in ``dtype`` (the input's; a wide dtype makes them right, as the reader's code is):
+    ``"all"`` / ``"all_inv"`` positions and frequencies in ``dtype`` and multiplied there;
+    ``"freq"`` / ``"freq_inv"`` frequencies in ``dtype``, multiplied in float32; ``"scalar"``
+    / ``"scalar_inv"`` the exact position times frequencies in ``dtype``, rounded to it (a
+    Python int times a 16-bit tensor); ``"cast"`` float32 angles cast to ``dtype`` before
+    cos and sin; ``"positions"`` / ``"positions_half"`` only the positions cast (to ``dtype``,
+    or to float16 whatever the input), the rest in float64.
+    """
     p = torch.arange(d // 2, dtype=torch.float64)
-    angles = sign * positions.double()[:, None] * 10000.0 ** (-exponent * p / d)  # (T, d/2)
-    cos, sin = angles.cos(), (0 * angles if cos_only else angles.sin())
+    theta = 10000.0 ** (-exponent * p / d)  # (d/2,)
+    if recipe is None:
+        return sign * positions.double()[:, None] * theta
+    h = dtype
+    form = "inv" if recipe.endswith("_inv") else "pow"
+    if recipe in ("all", "all_inv"):
+        angles = positions.to(h)[:, None] * _frequencies16(d, h, form)
+    elif recipe in ("freq", "freq_inv"):
+        angles = positions.float()[:, None] * _frequencies16(d, h, form).float()
+    elif recipe in ("scalar", "scalar_inv"):
+        angles = (positions.float()[:, None] * _frequencies16(d, h, form).float()).to(h)
+    elif recipe == "cast":
+        angles = (positions.float()[:, None] * theta.float()).to(h)
+    elif recipe in ("positions", "positions_half"):
+        angles = positions.to(h if recipe == "positions" else torch.float16).double()[:, None]
+        angles = angles * theta
+    else:
+        raise ValueError(f"unknown recipe {recipe!r}")
+    return sign * angles.double()
+
+
+def rotate(x, positions, *, sign=1.0, exponent=2.0, layout="half", cos_only=False,
+           angles=None):  # fmt: skip
+    """RoPE in float64, the result in ``x``'s dtype, with the knobs of the RoPE mistakes:
+    ``sign`` -1 turns clockwise, ``exponent`` the 2 of ``10000**(-2p/d)``, ``layout``
+    ``"interleaved"`` pairs (2p, 2p + 1), ``cos_only`` drops the sine terms, ``angles`` a
+    16-bit recipe of :func:`angles_as`."""
+    d = x.shape[-1]
+    a64 = angles_as(positions, d, x.dtype, angles, sign=sign, exponent=exponent)  # (T, d/2)
+    cos, sin = a64.cos(), (0 * a64 if cos_only else a64.sin())
     x64 = x.double()
     if layout == "half":
         a, b = x64[..., : d // 2], x64[..., d // 2 :]
@@ -40,11 +84,86 @@ def _turn(x, positions, *, sign=1.0, exponent=2.0, layout="half", cos_only=False
     return out.to(x.dtype)
 
 
+_SIXTEEN = (
+    "the angles (position × frequency), or the frequencies they are made of, are computed in "
+    "the inputs' 16-bit dtype: float16 keeps about 3 significant digits and bfloat16 about "
+    "2, so at position 4000 an angle is off by radians."
+)
+_SIXTEEN_HINT = (
+    "Compute the frequencies and the angles in float32 or float64 (torch.arange(..., "
+    "dtype=torch.float32), positions.float()), and cast only cos and sin, or the result, to "
+    "x.dtype."
+)
+
+# The slips of the rotation, shared by every exercise that turns tokens (knobs of rotate()).
+ROPE_FAMILIES = (
+    Family(
+        "rotates_backwards",
+        "each pair turns clockwise (by -m·θ): the sine terms have the wrong signs.",
+        "R(α) maps (a, b) to (a cos α - b sin α, a sin α + b cos α). Check it on (1, 0) "
+        "turned by a quarter turn.",
+        "ch-positions, R(α)",
+        ({"sign": -1.0},),
+    ),
+    Family(
+        "frequency_exponent_halved",
+        "the frequencies are 10000**(-p/d) instead of 10000**(-2p/d), so the slow pairs turn "
+        "too fast.",
+        "Pair p's exponent is 2p/d: the last pair should turn by about 1/10000 radian per "
+        "position.",
+        "ch-positions, θ_p = b^(-2p/d)",
+        ({"exponent": 1.0},),
+    ),
+    Family(
+        "frequency_not_inverted",
+        "the frequencies are 10000**(+2p/d): later pairs turn faster instead of slower.",
+        "Pair 0 turns one radian per position and every later pair turns more slowly.",
+        "ch-positions",
+        ({"exponent": -2.0},),
+    ),
+    Family(
+        "missing_sine_term",
+        "only the cosine term is applied, so a pair's two features are never mixed and the "
+        "vector shrinks.",
+        "A rotation keeps the length: compare the norm of a token before and after.",
+        "ch-positions",
+        ({"cos_only": True},),
+    ),
+    Family(
+        "angles_in_16_bit",
+        _SIXTEEN,
+        _SIXTEEN_HINT,
+        "ch-positions; Hugging Face's rotary embeddings compute the angles in float32, with "
+        "autocast turned off",
+        tuple({"angles": r} for r in ("all", "all_inv", "freq", "freq_inv", "cast")),
+    ),
+    Family(
+        "positions_in_16_bit",
+        "the positions are cast to a 16-bit float before the angles are computed: float16 "
+        "holds whole numbers exactly only up to 2048 and bfloat16 only up to 256, so a larger "
+        "position is rounded to a neighbour.",
+        "Convert the positions to float32 or float64 (positions.float()), never to x.dtype or "
+        ".half().",
+        "float16 has an 11-bit significand, bfloat16 an 8-bit one",
+        ({"angles": "positions"}, {"angles": "positions_half"}),
+    ),
+)
+
+_HALF_HINT_ROPE = (
+    "Here that is the angles: compute positions, frequencies and angles in float32 or wider, "
+    "and cast only cos and sin (or the result) to x.dtype."
+)
+
+
 def _case(shape, positions, seed, dtype=torch.float64):
     return lambda: {"x": randn(*shape, seed=seed, dtype=dtype), "positions": positions.clone()}
 
 
 ARANGE = torch.arange
+
+
+def _rope_like(**knobs):
+    return lambda x, positions: rotate(x, positions, **knobs)
 
 
 def solution_apply_rope(x, positions):
@@ -86,33 +205,22 @@ APPLY_ROPE = Exercise(
         Case("edge case: bfloat16, positions 300 to 303, d = 16", "edge",
              _case((3, 4, 16), 300 + ARANGE(4), 89, torch.bfloat16)),
     ),
+    half_hint=_HALF_HINT_ROPE,
     mistakes=(
-        Mistake("rotates_backwards", "each pair turns clockwise (by -m·θ): the sine terms "
-                "have the wrong signs.", "R(α) maps (a, b) to (a cos α - b sin α, a sin α + b "
-                "cos α). Check it on (1, 0) turned by a quarter turn.",
-                "ch-positions, R(α)", lambda x, positions: _turn(x, positions, sign=-1.0)),
+        pick(ROPE_FAMILIES, "rotates_backwards").mistake(_rope_like),
         Mistake("interleaved_pairs", "the pairs are (2p, 2p + 1) (interleaved layout) "
                 "instead of (p, p + d/2).", "Chapter 5, two layouts: this exercise uses "
                 "rotate-half, where feature p pairs with feature p + d/2.",
                 "ch-positions, two layouts",
-                lambda x, positions: _turn(x, positions, layout="interleaved")),
-        Mistake("frequency_exponent_halved", "the frequencies are 10000**(-p/d) instead of "
-                "10000**(-2p/d), so the slow pairs turn too fast.", "Pair p's exponent is "
-                "2p/d: the last pair should turn by about 1/10000 radian per position.",
-                "ch-positions, θ_p = b^(-2p/d)",
-                lambda x, positions: _turn(x, positions, exponent=1.0)),
-        Mistake("frequency_not_inverted", "the frequencies are 10000**(+2p/d): later pairs "
-                "turn faster instead of slower.", "Pair 0 turns one radian per position and "
-                "every later pair turns more slowly.", "ch-positions",
-                lambda x, positions: _turn(x, positions, exponent=-2.0)),
+                lambda x, positions: rotate(x, positions, layout="interleaved")),
+        pick(ROPE_FAMILIES, "frequency_exponent_halved").mistake(_rope_like),
+        pick(ROPE_FAMILIES, "frequency_not_inverted").mistake(_rope_like),
         Mistake("ignores_positions", "the positions argument is ignored and tokens are "
                 "numbered 0, 1, 2, ... within the call.", "Chapter 5, cached decoding: a new "
                 "token must be turned by its absolute position, not its index in the chunk.",
                 "ch-positions, cached decoding",
-                lambda x, positions: _turn(x, torch.arange(x.shape[-2]))),
-        Mistake("missing_sine_term", "only the cosine term is applied, so a pair's two "
-                "features are never mixed and the vector shrinks.", "A rotation keeps the "
-                "length: compare the norm of a token before and after.", "ch-positions",
-                lambda x, positions: _turn(x, positions, cos_only=True)),
+                lambda x, positions: rotate(x, torch.arange(x.shape[-2]))),
+        *from_families(ROPE_FAMILIES, _rope_like, "missing_sine_term", "angles_in_16_bit",
+                       "positions_in_16_bit"),
     ),
 )  # fmt: skip

@@ -6,7 +6,9 @@ wrong variants on every case (then the verdict names it), or on most of the fail
 (then the verdict says on how many, and does not name it as *the* mistake)? The message
 names the first case that fails, lists every case with what happened there, and picks a hint
 that fits the kind of failure (an exception, a shape, a dtype, NaN, a change in place, one
-constant ratio, failures on some cases only).
+constant ratio, a count wrapped around 32 bits or rounded to float32, failures on the 16-bit
+cases only, failures on some cases only). What the function printed is quoted in a note
+before the hint (the first lines, and how many there were), never shown as it ran.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -113,6 +115,15 @@ def _failure(exercise: Exercise, outcome: Outcome | None, expected: Any) -> Fail
     if outcome is None:
         return Failure("not_run", "not run (an earlier call hit the time limit)", "not run")
     if outcome.timed_out:
+        if outcome.attempts > 1:
+            return Failure(
+                "timeout",
+                f"your function did not return within {TIME_LIMIT_S:g} s, on either of two "
+                "tries (the checker's limit per call; a first time-out is tried once more, in "
+                "case that call was importing a library), so this case alone kept the check "
+                f"waiting about {outcome.waited:g} s",
+                f"did not return within {TIME_LIMIT_S:g} s (tried twice)",
+            )
         return Failure("timeout", f"your function did not return within {TIME_LIMIT_S:g} s "
                                   "(the checker's limit per call)",
                        f"did not return within {TIME_LIMIT_S:g} s")  # fmt: skip
@@ -120,10 +131,13 @@ def _failure(exercise: Exercise, outcome: Outcome | None, expected: Any) -> Fail
         error = outcome.error
         first = _first_line(error)
         text = f"your function raised {type(error).__name__}" + (f": {first}" if first else "")
-        if isinstance(error, TypeError) and "argument" in first:
+        short = text.removeprefix("your function ")[:120]
+        if outcome.bad_call:  # the call itself, not a line of the function's body
             text += f" (the checker calls {exercise.signature})"
+        elif outcome.raised_at:
+            text += f" (at {outcome.raised_at})"
         kind = "not_implemented" if isinstance(error, NotImplementedError) else "exception"
-        return Failure(kind, text, text.removeprefix("your function ")[:120])
+        return Failure(kind, text, short)
     if outcome.mutated is not None:
         return Failure(
             "mutated",
@@ -176,6 +190,8 @@ def _count_step(exercise: Exercise, outcomes: list[Outcome | None]) -> int | Non
         if outcome.timed_out:
             return None
         value, _ = as_count(outcome.value)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # a float count (float64 holds every count here exactly)
         if not isinstance(value, int):
             return None
         steps.add(value - expected)
@@ -342,10 +358,11 @@ def _best_partial(
             alike = [i for i in failing if wrong[i] and same_behaviour(theirs[i], outcomes[i])]
             k = len(alike)
             if any(wrong[i] and i not in wrong_here for i in ran) and (
-                k < len(failing) or all(outcomes[i].error is not None for i in alike)
+                k < len(failing) or all(_weak(outcomes[i]) for i in alike)  # type: ignore[arg-type]
             ):
                 continue  # shows where the reader is right, and differs where the reader fails
-                # or agrees only by raising the same error (an overflow both hit, not a cause)
+                # or agrees only by raising the same error or by returning nothing finite
+                # (an overflow both hit, not a cause)
             if k and (best is None or k > best[1]):
                 best = (mistake, k)
     if best is not None and 2 * best[1] >= len(failing):
@@ -353,13 +370,48 @@ def _best_partial(
     return None
 
 
+def _no_finite(value: Any) -> bool:
+    """Whether a returned value holds no finite number at all (all NaN or inf)."""
+    if isinstance(value, torch.Tensor):
+        return (
+            value.is_floating_point()
+            and value.numel() > 0
+            and not bool(torch.isfinite(value.detach()).any())
+        )
+    if isinstance(value, tuple | list):
+        return bool(value) and all(_no_finite(v) for v in value)
+    number, _ = as_count(value)
+    return isinstance(number, float) and not math.isfinite(number)
+
+
+def _weak(outcome: Outcome) -> bool:
+    """An outcome that says little about its cause when it matches a wrong variant's: an
+    error, or a result with no finite number in it (any two such results look alike)."""
+    return outcome.error is not None or _no_finite(outcome.value)
+
+
 def _full_match(exercise: Exercise, outcomes: list[Outcome | None]) -> Mistake | None:
+    """The first catalogued mistake whose variant behaves like the reader's function on every
+    case; failing that, the first whose variant agrees with it wherever the variant gives
+    numbers (a guarded version of the same mistake: NaN or inf in the variant, numbers in the
+    reader's), when at least one case where the variant is wrong agrees exactly, with finite
+    numbers (the evidence)."""
     if any(o is None for o in outcomes):
         return None
     for mistake in exercise.mistakes:
         for variant in mistake.variants:
             theirs = _variant_outcomes(exercise, variant)
             if all(map(same_behaviour, theirs, outcomes)):
+                return mistake
+    for mistake in exercise.mistakes:
+        for variant in mistake.variants:
+            theirs, wrong = _variant_outcomes(exercise, variant), _variant_wrong(exercise, variant)
+            if all(
+                same_behaviour(t, o, lenient=True) for t, o in zip(theirs, outcomes, strict=True)
+            ) and any(
+                wrong[i] and not _weak(o) and same_behaviour(theirs[i], o)  # type: ignore[arg-type]
+                for i, o in enumerate(outcomes)
+            ):
                 return mistake
     return None
 
@@ -429,9 +481,14 @@ def _kind_hint(
     assert first is not None
     if "timeout" in kinds:
         hung = [i for i in failing if failures[i].kind == "timeout"]  # type: ignore[union-attr]
+        twice = outcomes is not None and any(
+            outcomes[i] is not None and outcomes[i].attempts > 1  # type: ignore[union-attr]
+            for i in hung
+        )
         return "timeout", (
             f"Your function did not return within {TIME_LIMIT_S:g} s on the "
-            f"{_labels(exercise, hung)}. "
+            f"{_labels(exercise, hung)}"
+            f"{' (tried twice, since a first call may be importing)' if twice else ''}. "
             "Look for a loop whose condition never changes, or a Python loop over a number "
             "that grows much faster than the inputs; every case is small."
         )
@@ -446,8 +503,9 @@ def _kind_hint(
             f"Some cases still reach `raise NotImplementedError` ({_labels(exercise, cases)}): "
             "a branch of your function is not written yet."
         )
-    if first.kind == "exception":
-        text = first.text
+    raised = [i for i in failing if failures[i].kind == "exception"]  # type: ignore[union-attr]
+    if raised:  # an error comes first: the other symptoms may be the same bug's
+        text = failures[raised[0]].text  # type: ignore[union-attr]
         if any(word in text for word in _VIEW_WORDS):
             return "view", (
                 "view() needs memory laid out to match; the checker also passes non-contiguous "
@@ -456,14 +514,44 @@ def _kind_hint(
             )
         if "the checker calls" in text:
             return "signature", f"Define your function with the signature {exercise.signature}."
-        where = _labels(exercise, failing)
+        outcome = outcomes[raised[0]] if outcomes else None
+        error = outcome.error if outcome is not None else None
+        at = (  # the line number only: the message above quotes the line
+            f" (at {outcome.raised_at.split(':', 1)[0]})"
+            if outcome is not None and outcome.raised_at
+            else ""
+        )
+        why = ""
+        if isinstance(error, TypeError):
+            why = (
+                f" The TypeError comes from inside your function{at}, not from its "
+                f"signature (which fits {exercise.signature}): a call on that line "
+                "got arguments it does not take, such as a dim left out (softmax(x) needs "
+                "dim=-1), a float where an int is needed (d / h is a float, d // h an int) or "
+                "a helper called with too few arguments."
+            )
+        elif at:
+            why = f" It was raised{at}."
+        short = failures[raised[0]].short  # type: ignore[union-attr]
+        others = [i for i in failing if i not in raised]
+        if others:
+            shape = _structure(_failing_pairs(exercise, outcomes, failures)) if outcomes else None
+            seen = f" On the cases that return: {shape[1]}" if shape is not None else ""
+            return "exception", (
+                f"It raises on {len(raised)} case{'s' if len(raised) > 1 else ''} "
+                f"({_labels(exercise, raised)}: {short}) and returns wrong results on "
+                f"{len(others)} other{'s' if len(others) > 1 else ''} "
+                f"({_labels(exercise, others)})."
+                f"{why} Fix the error first: the wrong numbers may come from the same step."
+                f"{seen}"
+            )
         if passing:
             return "some_cases", (
-                f"It raises only on these cases: {where}. Your function works elsewhere, so "
-                f"the cause is what these inputs have in common; describe({exercise.name!r}) "
-                "says what the contract asks there."
+                f"It raises only on these cases: {_labels(exercise, raised)}.{why} Your "
+                "function works elsewhere, so the cause is what these inputs have in common; "
+                f"describe({exercise.name!r}) says what the contract asks there."
             )
-        return "exception", (
+        return "exception", (f"{why.strip()} " if why else "") + (
             "Run your function on the hand case yourself and read the traceback; "
             f"describe({exercise.name!r}) gives the shapes of every input."
         )
@@ -499,6 +587,24 @@ def _kind_hint(
             f"Return what {exercise.signature} promises (describe({exercise.name!r})): a "
             "tensor, a tuple of tensors or a number, not a list, None or a string."
         )
+    where = f"{len(failing)} case{'s' if len(failing) > 1 else ''} ({_labels(exercise, failing)})"
+    are = "s are" if len(failing) > 1 else " is"
+    if kinds <= {"int32", "uint32"}:
+        return "overflow", (
+            f"Your count is the exact one wrapped around 32 bits on {where}, whose count{are} too "
+            "large for 32 bits, and right on every other case: it was computed in a 32-bit integer "
+            "(a torch.int32 tensor, numpy.int32, or NumPy's default integer on Windows), which "
+            "overflows silently above 2,147,483,647. Multiply Python ints (or int64) and "
+            "return an int."
+        )
+    if kinds == {"float32"}:
+        return "float32", (
+            f"Your count is the exact one rounded to float32 on {where}, whose count{are} more "
+            "than float32 holds exactly, and right on every other case: the arithmetic ran in "
+            "float32 (a torch.tensor(2.0) in the product, a float32 array), which holds whole "
+            "numbers exactly only up to 2**24 = 16,777,216. Multiply Python ints and return an "
+            "int."
+        )
     if kinds & {"nan", "inf"} and not kinds <= {"nan", "inf"}:
         # Finite but wrong numbers on some cases, non-finite ones on others: the formula is
         # off, and the NaN or inf is one more symptom of it, not the cause (a merge with a
@@ -517,6 +623,21 @@ def _kind_hint(
             "of a large score (inf above about 88 in float32, 11 in float16), 0 / 0 on an "
             "empty or fully masked row, -inf - (-inf). They appear on: "
             f"{_labels(exercise, failing)}."
+        )
+    sixteen = [i for i in range(len(failures)) if _sixteen_bit(exercise, i)]
+    if (
+        kinds == {"value"}
+        and set(failing) <= set(sixteen)
+        and any(i not in sixteen for i in passing)
+    ):
+        return "half_precision", (
+            "It is right on every float32 and float64 case and wrong only on the 16-bit ones "
+            f"({_labels(exercise, failing)}): a step runs in float16 or bfloat16 where the "
+            "reference keeps float32 or wider. "
+            + (
+                exercise.half_hint
+                or "Compute that step in float32 and cast the result back to the inputs' dtype."
+            )
         )
     right_parts = _parts_right_everywhere(exercise, outcomes) if outcomes else []
     if right_parts:
@@ -572,6 +693,15 @@ def _kind_hint(
     return "generic", exercise.hint
 
 
+def _sixteen_bit(exercise: Exercise, i: int) -> bool:
+    """Whether case ``i``'s answer holds a float16 or bfloat16 tensor."""
+    _, expected = _prepared(exercise)[i]
+    return any(
+        isinstance(e, torch.Tensor) and e.dtype in (torch.float16, torch.bfloat16)
+        for e in (expected if isinstance(expected, tuple) else (expected,))
+    )
+
+
 def _expected_tensors(exercise: Exercise) -> list[torch.Tensor | None]:
     """The reference's tensor outputs over the cases (tuples flattened)."""
     out: list[torch.Tensor | None] = []
@@ -593,13 +723,45 @@ def _case_lines(exercise: Exercise, failures: list[Failure | None]) -> tuple[str
     return tuple(lines)
 
 
+def _printed_note(exercise: Exercise, outcomes: list[Outcome | None]) -> tuple[str, int]:
+    """What the function printed during the check (captured, so that it does not flood the
+    notebook): a note quoting the first lines of the first case that printed, and the number
+    of lines in all; ``("", 0)`` when it printed nothing."""
+    total = sum(o.printed_lines for o in outcomes if o is not None)
+    first = next((i for i, o in enumerate(outcomes) if o is not None and o.printed), None)
+    if not total or first is None:
+        return "", total
+    kept = outcomes[first].printed  # type: ignore[union-attr]
+    lines = "line" if total == 1 else "lines"
+    note = (
+        f"Your function printed {total:,} {lines} during the check (kept out of the notebook), "
+        f"starting on the {exercise.cases[first].label}:"
+    )
+    note += "".join(f"\n    | {line}" for line in kept)
+    if total > len(kept):
+        note += f"\n    ... {total - len(kept):,} more {lines} printed by your function"
+    return note, total
+
+
+def _with_note(result: Result, note: str, printed: int) -> Result:
+    """``result`` with the note on printed output, placed before the hint (``hint()`` reads
+    the text after the last "Hint: ")."""
+    if not note:
+        return result
+    head, sep, tail = result.message.rpartition("\nHint: ")
+    message = f"{head}\n{note}{sep}{tail}" if sep else f"{result.message}\n{note}"
+    return replace(result, message=message, printed=printed)
+
+
 def run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
     """Check ``fn`` against ``exercise``; see :func:`attnbook.practice.check`. The global
     autograd mode and the comparison functions are put back afterwards, whatever ``fn`` did
     to them."""
     grad, saved = torch.is_grad_enabled(), {n: getattr(torch, n) for n in _COMPARISONS}
     try:
-        return _run(exercise, fn)
+        outcomes: list[Outcome | None] = []
+        result = _run(exercise, fn, outcomes)
+        return _with_note(result, *_printed_note(exercise, outcomes))
     except KeyboardInterrupt:
         raise
     except BaseException as error:  # never propagate: say what could not be compared
@@ -651,7 +813,8 @@ def _over_budget(exercise: Exercise, fn, prepared, outcomes: list[Outcome | None
     return Result(exercise.name, False, None, text, "wrong", lines, kind="timeout")
 
 
-def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
+def _run(exercise: Exercise, fn: Callable[..., Any], outcomes: list[Outcome | None]) -> Result:
+    """The check; ``outcomes`` (empty) is filled with the reader's outcome of each case."""
     name = exercise.name
     if not callable(fn):
         return Result(
@@ -661,7 +824,6 @@ def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
             "wrong", kind="type",
         )  # fmt: skip
     prepared = _prepared(exercise)
-    outcomes: list[Outcome | None] = []
     retried, budget_spent = False, False
     start = math.inf  # set once the first case has run: a first call may spend it importing
     for inputs, _ in prepared:
@@ -677,7 +839,14 @@ def _run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
         left = TOTAL_LIMIT_S - (time.monotonic() - start)
         if outcome.timed_out and not retried and left > 0:  # a first use may be importing
             retried = True
-            outcome = call(fn, inputs, keyword=exercise.keyword_call, limit=min(TIME_LIMIT_S, left))
+            again = call(fn, inputs, keyword=exercise.keyword_call, limit=min(TIME_LIMIT_S, left))
+            outcome = replace(
+                again,
+                attempts=2,
+                waited=outcome.waited + again.waited,
+                printed=outcome.printed or again.printed,
+                printed_lines=outcome.printed_lines + again.printed_lines,
+            )
         if outcome.timed_out and TOTAL_LIMIT_S - (time.monotonic() - start) <= 0.05:
             budget_spent = True  # stopped by the whole check's limit, not by the per-call one
         outcomes.append(outcome)
