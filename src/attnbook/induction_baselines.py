@@ -199,19 +199,23 @@ def label_priority_head(config: InductionConfig) -> AttentionOnly:
     At a query ``t`` with ``n`` possible lengths, ``l_max = min(t, max_len)`` the longest:
 
     * the candidates ``t - l + 1`` get nearly equal scores, the earliest slightly ahead
-      (``-1e-4`` per rank), every other key ``-40``;
-    * the key holding the query's own token (at ``t - L``) gets ``+13`` on top, so it takes
-      almost all the weight; the direct path cancels its copy of that token (``-5``);
+      (``-1e-4`` per rank), the key ``t - l_max`` (where the query's own token sits when
+      ``L = l_max``) ``-12``, every other key ``-40``;
+    * the key holding the query's own token (at ``t - L``) gets ``+13`` on top, so for
+      ``L < l_max`` it takes almost all the weight; the direct path cancels its copy of that
+      token (``-5``);
     * that key's value also writes ``kappa * (t - L) * g`` and the direct path
       ``-kappa * (t - l_max + 1) * g``, where ``g = (0, 1, ..., V-1) / (V-1)`` favours higher
-      token ids and ``kappa = 0.15 e^{-13}``: after the softmax the net tilt is about
-      ``0.15 (l_max - L - 1) g``, against candidate copies of about 1.
+      token ids and ``kappa = 0.15 e^{-13}``: after the softmax, measured in units of the
+      candidates' own weight (about ``e^{-13}`` each), the net tilt is about
+      ``0.15 (l_max - L - 1) g`` against candidate copies of about 1.
 
     So for ``L = l_max`` and ``L = l_max - 1`` the tilt vanishes and the ranking decides, which
     is right on exactly those lengths (:meth:`Candidates.earliest_accuracy`); for shorter ``L``
     the tilt picks the candidate with the highest token id, a uniformly random one of the
     ``n - 1`` left, right with probability ``1 / (n - 1)`` instead of 0. On the chapter's data
-    (lengths 6 to 12) the expected share is ``383/10`` of the 56 ``(L, t)`` pairs, 0.684.
+    (lengths 6 to 12) the expected accuracy is ``383/560`` of the queries, 0.684 (each of
+    the 56 ``(L, t)`` pairs equally likely).
 
     Residual dims: ``0 .. V`` the token (one-hot, the pad included), ``V+1 .. V+T`` the
     position (one-hot), then ``V`` logit dims read by the unembedding.
