@@ -999,3 +999,97 @@ def test_every_kind_the_runner_can_give_is_documented():
     doc = _result.Result.__doc__
     missing = sorted(k for k in kinds if f'``"{k}"``' not in doc)
     assert not missing, f"Result's docstring lacks kinds {missing}"
+
+
+# --- issue: patched torch state, hints that blamed the wrong step -------------------------
+
+
+def _zeros_attention(q, k, v):
+    return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)
+
+
+@pytest.mark.parametrize(
+    ("owner", "attr"),
+    [
+        (torch.Tensor, "softmax"),
+        (torch.Tensor, "__matmul__"),
+        (torch.Tensor, "__truediv__"),
+        (torch.Tensor, "__rmatmul__"),
+        (torch.special, "softmax"),
+        (torch.linalg, "norm"),
+        (torch.fft, "fft"),
+        (torch.nn.functional, "softmax"),
+        (torch, "exp"),
+        (math, "sqrt"),
+    ],
+)
+def test_patched_namespaces_are_put_back_after_check(owner, attr):
+    original = getattr(owner, attr)
+
+    def patcher(q, k, v):
+        setattr(owner, attr, lambda *a, **kw: "patched")
+        return _zeros_attention(q, k, v)
+
+    try:
+        result = check("attention", patcher)
+        assert getattr(owner, attr) is original
+        assert not result
+    finally:
+        setattr(owner, attr, original)
+        if owner is torch.Tensor and attr not in vars(torch._C.TensorBase):
+            pass
+        elif owner is torch.Tensor and attr in vars(torch.Tensor):
+            delattr(torch.Tensor, attr)
+
+
+def test_patched_tensor_method_cannot_change_a_later_verdict():
+    def right_but_patches(q, k, v):
+        torch.Tensor.softmax = lambda self, dim=None, *a, **kw: self
+        torch.Tensor.__matmul__ = lambda self, other: torch.zeros(())
+        return torch.softmax(torch.matmul(q, k.mT) / math.sqrt(q.shape[-1]), -1).matmul(v)
+
+    assert check("attention", right_but_patches)
+    assert "softmax" not in vars(torch.Tensor) and "__matmul__" not in vars(torch.Tensor)
+
+    def uses_methods(q, k, v):
+        return (q @ k.mT / math.sqrt(q.shape[-1])).softmax(-1) @ v
+
+    assert check("attention", uses_methods)
+
+
+def test_unstable_masked_softmax_with_multiplied_mask_is_named():
+    def masked(q, k, v, mask):
+        s = q @ k.mT / math.sqrt(q.shape[-1])
+        e = torch.exp(s) * mask
+        return torch.nan_to_num(e / e.sum(-1, keepdim=True)) @ v
+
+    result = check("masked_attention", masked)
+    assert result.mistake == "unstable_softmax", result.message
+    assert result.kind != "row_scale"
+
+
+def test_zero_rows_are_not_a_row_scale():
+    e = torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 2.0], [2.0, 1.0, 1.0]])
+    g = e.clone()
+    g[0] = 0.0
+    g[1] *= 2
+    assert _runner._structure([(e, g, 1e-4)]) is None or (
+        _runner._structure([(e, g, 1e-4)])[0] != "row_scale"
+    )
+
+
+def test_rope_positions_wrapped_in_int8_are_not_half_precision():
+    def rope(x, positions):
+        positions = positions.to(torch.int8)
+        d = x.shape[-1]
+        h = d // 2
+        inv = 10000.0 ** (-2 * torch.arange(h, dtype=torch.float32) / d)
+        ang = positions.float()[:, None] * inv
+        c, s = ang.cos(), ang.sin()
+        x1, x2 = x[..., :h].float(), x[..., h:].float()
+        return torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1).to(x.dtype)
+
+    result = check("apply_rope", rope)
+    assert not result
+    assert result.kind != "half_precision", result.message
+    assert "16-bit" not in result.message.rpartition("Hint: ")[2]

@@ -14,7 +14,12 @@ still runs top to bottom, but ``bool(result)`` is False. One that raises it on s
 is a partly written function and fails. ``bool(result)`` is True only when the function is
 correct, so ``assert check(name, fn)`` fails on a stub and on a wrong answer. The function
 runs with uninitialised memory filled with NaN (``torch.empty`` never passes by chance), and
-the default dtype and grad mode it may change are put back after each call.
+after each call the checker puts back the default dtype, the grad mode and every attribute the
+call replaced or deleted in ``torch``, ``torch.Tensor`` (dunder methods such as ``__matmul__``
+included; one set over a method of its C base class is deleted), ``torch.special``,
+``torch.linalg``, ``torch.fft``, ``torch.nn.functional``, ``torch.testing`` and ``math``, so a
+patched function never survives ``check`` and never takes part in grading (the reference's
+outputs are computed before the first call, the catalogued variants' after the restore).
 
 ``check`` never raises for anything ``fn`` does (``SystemExit`` included), stops a call
 that runs past :data:`TIME_LIMIT_S` seconds (the first call that does is tried once more, in

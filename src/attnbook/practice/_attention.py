@@ -62,18 +62,22 @@ def attend(q, k, v, mask=None, *, scale=None, dim=-1, softmax="stable", output="
         values: ``"v"``, or ``"k"`` (the weights multiply the keys).
         guard: with a mask and ``softmax="naive"``, how the reader keeps an empty row from
             NaN: ``"weights"`` (``nan_to_num`` on the weights, which also zeroes a row that
-            overflowed) or ``"rows"`` (rows with no allowed key set to zero afterwards).
+            overflowed), ``"rows"`` (rows with no allowed key set to zero afterwards) or
+            ``"multiplied"`` (``exp(s) * mask`` instead of a -inf fill, then ``nan_to_num`` on
+            the weights: a forbidden score that overflows makes ``inf * 0 = NaN``, and its
+            whole row reads zeros).
     """
     dk, tk = q.shape[-1], k.shape[-2]
     read = v if values == "v" else k
     if softmax == "naive":
         s = q @ k.transpose(-2, -1)
         s = s / math.sqrt(dk) if scale is None else s * scale(dk, tk)
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        e = torch.exp(s)
+        if mask is not None and guard == "multiplied":  # exp(s) * mask: inf * 0 is NaN
+            e = torch.exp(s) * mask
+        else:
+            e = torch.exp(s if mask is None else s.masked_fill(~mask, float("-inf")))
         w = e / e.sum(dim, keepdim=True)
-        if mask is not None and guard == "weights":
+        if mask is not None and guard in ("weights", "multiplied"):
             w = w.nan_to_num(nan=0.0)
         if output == "weights":
             return w

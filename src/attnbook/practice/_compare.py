@@ -254,7 +254,8 @@ def _in_thread(thunk: Callable[[], Any], limit: float) -> Any:
 def _torch_state_kept() -> Iterator[None]:
     """Run a reader's function with uninitialised memory filled with NaN (the largest integer
     for integer dtypes), so that an output left as ``torch.empty`` never passes by chance, and
-    put back afterwards the global state it may change (default dtype, grad mode)."""
+    put back afterwards the global state it may change (default dtype, grad mode, the
+    deterministic-algorithms setting); :func:`call` puts back the patched namespaces."""
     import torch.utils.deterministic as deterministic
 
     dtype, grad = torch.get_default_dtype(), torch.is_grad_enabled()
@@ -313,9 +314,20 @@ def plain(value: Any, depth: int = 0) -> Any:
     return value
 
 
-# Modules whose attributes a reader's function might replace (``torch.allclose = ...``): put
-# back after every call, so that no later comparison or hint runs the reader's version.
-_GUARDED: tuple[Any, ...] = (torch, torch.Tensor, torch.testing, torch.nn.functional, math)
+# Namespaces whose attributes a reader's function might replace (``torch.allclose = ...``,
+# ``torch.Tensor.softmax = ...``, ``torch.Tensor.__matmul__ = ...``): put back after every
+# call, so that no later comparison, reference, catalogued variant or hint runs the reader's
+# version, and nothing the reader patched survives ``check``.
+_GUARDED: tuple[Any, ...] = (
+    torch,
+    torch.Tensor,
+    torch.special,
+    torch.linalg,
+    torch.fft,
+    torch.nn.functional,
+    torch.testing,
+    math,
+)
 _MISSING = object()
 
 
@@ -323,15 +335,29 @@ def _snapshot() -> list[tuple[Any, dict[str, Any]]]:
     return [(obj, dict(vars(obj))) for obj in _GUARDED]
 
 
+def _shadows_base(cls: type, name: str) -> bool:
+    """Whether ``name`` is defined by a base class of ``cls`` (``torch.Tensor.softmax`` and
+    ``__matmul__`` come from its C base ``torch._C.TensorBase``, not from ``vars(Tensor)``)."""
+    return any(name in vars(base) for base in cls.__mro__[1:])
+
+
 def _restore(snapshot: list[tuple[Any, dict[str, Any]]]) -> None:
-    """Put back every attribute that was there before and was replaced or deleted (new
-    attributes, such as a submodule the call imported, stay)."""
+    """Put back every attribute that was there before and was replaced or deleted. New
+    attributes stay on modules (a submodule the call imported), but on a class (``torch.Tensor``)
+    one that shadows a base class's method (``torch.Tensor.softmax = f``, which lands in
+    ``vars(torch.Tensor)`` over ``TensorBase.softmax``) is deleted, which brings the base's
+    method back."""
     for obj, saved in snapshot:
-        current = vars(obj)
+        current = dict(vars(obj))
         for name, value in saved.items():
             if current.get(name, _MISSING) is not value:
                 with contextlib.suppress(Exception):
                     setattr(obj, name, value)
+        if isinstance(obj, type):
+            for name in current.keys() - saved.keys():
+                if _shadows_base(obj, name):
+                    with contextlib.suppress(Exception):
+                        delattr(obj, name)
 
 
 def _binds(fn: Callable[..., Any], args: dict[str, Any], keyword: bool) -> bool | None:
@@ -394,7 +420,11 @@ def call(
 ) -> Outcome:
     """Call ``fn`` on copies of ``inputs``; never raise (but for KeyboardInterrupt), whatever
     ``fn`` does, and stop it after ``limit`` seconds. What it returns is made plain
-    (:func:`plain`), and what it replaced in torch is put back."""
+    (:func:`plain`). Afterwards the default dtype and grad mode are put back, and so is every
+    attribute the call replaced or deleted in ``torch``, ``torch.Tensor`` (dunder methods
+    included; an attribute it set over one of ``torch._C.TensorBase``'s methods is deleted),
+    ``torch.special``, ``torch.linalg``, ``torch.fft``, ``torch.nn.functional``,
+    ``torch.testing`` and ``math`` (:data:`_GUARDED`)."""
     args = copy.deepcopy(inputs)
 
     def thunk():

@@ -221,7 +221,9 @@ MASKED_ATTENTION = Exercise(
             "masked ones set to 0, or left at -inf)."),
         *from_families(SOFTMAX_FAMILIES, _masked_like, "returns_weights", "keys_as_values"),
         pick(SOFTMAX_FAMILIES, "unstable_softmax").mistake(
-            _masked_like, more=({"softmax": "naive", "guard": "rows"},),
+            _masked_like,
+            more=({"softmax": "naive", "guard": "rows"},
+                  {"softmax": "naive", "guard": "multiplied"}),
             description="the softmax exponentiates raw scores; exp() overflows (about 88 in "
             "float32, 11 in float16) and inf / inf gives NaN, or a row of zeros once "
             "nan_to_num has cleaned it."),

@@ -204,6 +204,11 @@ APPLY_ROPE = Exercise(
              torch.float16)),
         Case("edge case: bfloat16, positions 300 to 303, d = 16", "edge",
              _case((3, 4, 16), 300 + ARANGE(4), 89, torch.bfloat16)),
+        # Large positions in float32: a mistake in how positions are held (an int8 that wraps
+        # above 127, a table too short) shows here too, so it is not read as 16-bit angles.
+        # Up to 1001 only: float32 angles of a correct solution stay well inside tolerance.
+        Case("edge case: float32, d = 64, positions 130 to 1001", "edge",
+             _case((2, 4, 64), torch.tensor([130, 255, 700, 1001]), 90, torch.float32)),
     ),
     half_hint=_HALF_HINT_ROPE,
     mistakes=(

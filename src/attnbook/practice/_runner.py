@@ -27,6 +27,8 @@ from attnbook.practice._compare import (
     TIME_LIMIT_S,
     TOTAL_LIMIT_S,
     Outcome,
+    _restore,
+    _snapshot,
     as_count,
     call,
     difference,
@@ -287,6 +289,8 @@ def _structure(pairs: list[tuple[torch.Tensor, torch.Tensor, float]]) -> tuple[s
                 r = row_g[keep] / row_e[keep]
                 if not torch.allclose(r, r[:1].expand_as(r), rtol=rtol):
                     return None
+                if not bool(torch.isfinite(r[0])) or abs(float(r[0])) < 1e-6:
+                    return None  # a row of zeros or of inf is a lost row, not a normalisation
                 out.append(r[0])
         return torch.stack(out) if out else None
 
@@ -755,12 +759,16 @@ def _with_note(result: Result, note: str, printed: int) -> Result:
 
 def run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
     """Check ``fn`` against ``exercise``; see :func:`attnbook.practice.check`. The global
-    autograd mode and the comparison functions are put back afterwards, whatever ``fn`` did
-    to them."""
+    autograd mode and every attribute of the namespaces :func:`call` guards (``torch``,
+    ``torch.Tensor``, ``torch.special``, ``torch.linalg``, ``torch.fft``,
+    ``torch.nn.functional``, ``torch.testing``, ``math``) are put back afterwards, whatever
+    ``fn`` did to them, and again before any catalogued variant runs (a call stopped by the
+    time limit in a worker thread may go on patching after its own restore)."""
     grad, saved = torch.is_grad_enabled(), {n: getattr(torch, n) for n in _COMPARISONS}
+    namespaces = _snapshot()
     try:
         outcomes: list[Outcome | None] = []
-        result = _run(exercise, fn, outcomes)
+        result = _run(exercise, fn, outcomes, namespaces)
         return _with_note(result, *_printed_note(exercise, outcomes))
     except KeyboardInterrupt:
         raise
@@ -776,6 +784,7 @@ def run(exercise: Exercise, fn: Callable[..., Any]) -> Result:
         torch.set_grad_enabled(grad)
         for name, function in saved.items():
             setattr(torch, name, function)
+        _restore(namespaces)
 
 
 _COMPARISONS = ("equal", "isclose", "allclose")
@@ -813,8 +822,15 @@ def _over_budget(exercise: Exercise, fn, prepared, outcomes: list[Outcome | None
     return Result(exercise.name, False, None, text, "wrong", lines, kind="timeout")
 
 
-def _run(exercise: Exercise, fn: Callable[..., Any], outcomes: list[Outcome | None]) -> Result:
-    """The check; ``outcomes`` (empty) is filled with the reader's outcome of each case."""
+def _run(
+    exercise: Exercise,
+    fn: Callable[..., Any],
+    outcomes: list[Outcome | None],
+    namespaces: list[tuple[Any, dict[str, Any]]] | None = None,
+) -> Result:
+    """The check; ``outcomes`` (empty) is filled with the reader's outcome of each case.
+    ``namespaces`` (a :func:`_snapshot` taken before) is put back once the reader's calls are
+    done, before a catalogued variant runs or a verdict is computed."""
     name = exercise.name
     if not callable(fn):
         return Result(
@@ -851,6 +867,8 @@ def _run(exercise: Exercise, fn: Callable[..., Any], outcomes: list[Outcome | No
             budget_spent = True  # stopped by the whole check's limit, not by the per-call one
         outcomes.append(outcome)
         start = min(start, time.monotonic())
+    if namespaces is not None:
+        _restore(namespaces)
     if budget_spent:
         return _over_budget(exercise, fn, prepared, outcomes)
     if all(o is not None and isinstance(o.error, NotImplementedError) for o in outcomes):
