@@ -121,9 +121,11 @@ def _open(page, url: str, *, reload_if_stuck: bool = False) -> None:
 
     ``reload_if_stuck``: jupyterlab_widgets 3.0 loads a notebook's saved widget state only
     after the kernel answered a comm-info request, and swallows a failure there, leaving
-    "Loading widget..." for good (a reader re-runs the cell or reloads). After a reopen that
-    one symptom earns one reload, reported as a warning with the diagnosis; anything else,
-    or a second failure, fails the test.
+    "Loading widget..." for good (a reader re-runs the cell or reloads); on a loaded machine
+    the same race can instead surface as "widget model not found" from the manager's
+    renderModel (seen once in CI beside the phone and PDF tests; the same test passed alone
+    and on a rerun of the lane). After a reopen either symptom earns one reload, reported as a
+    warning with the diagnosis; anything else, or a second failure, fails the test.
     """
     # Generous timeouts: `make test` runs this beside other browser tests on two cores.
     page.goto(f"{url}/lab/tree/{CHAPTER}.ipynb")
@@ -145,8 +147,9 @@ def _open(page, url: str, *, reload_if_stuck: bool = False) -> None:
         )
         SHOTS.mkdir(parents=True, exist_ok=True)
         (SHOTS / "lab-no-widget.txt").write_text(diagnosis)
-        if reload_if_stuck and "Loading widget..." in text:
-            stuck = f"saved widgets stuck at 'Loading widget...'; reloaded once\n{diagnosis}"
+        race = "Loading widget..." in text or "widget model not found" in console
+        if reload_if_stuck and race:
+            stuck = f"saved widgets not restored (state race); reloaded once\n{diagnosis}"
             warnings.warn(stuck, stacklevel=2)
             return _open(page, url)
         pytest.fail(diagnosis)
